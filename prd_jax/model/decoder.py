@@ -1,0 +1,278 @@
+"""Decoder-only transformer (Flax Linen) for the Llama-3 / SmolLM2, Qwen2.5 and Qwen3 families.
+
+`forward(cfg, params, tokens, positions, cache)` is the pure entry point: it returns
+`(logits, new_cache)`. Layers are stacked and run with `nn.scan` (DESIGN.md
+"Implementation notes: Layers"); the KV cache is `[L, B, S, K, Dh]` and travels in the
+scan carry so each step writes one token in place instead of copying the cache.
+
+Cache semantics: `cache.lengths[b]` counts the slots of row b already filled. A call with
+T new tokens writes them at slots `lengths[b] .. lengths[b]+T-1`, and query t of row b
+attends to slots `j <= lengths[b] + t`. The returned cache has `lengths + T`; callers
+that fed right-padded rows reset `lengths` to the true lengths (pad slots are then
+overwritten before they can be attended to).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from prd_jax.mesh import named_sharding
+from prd_jax.model.config import ModelConfig, RopeScaling
+
+Array = jax.Array
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer keys/values `[L, B, S, K, Dh]` and per-row filled lengths `[B]`."""
+
+    k: Array
+    v: Array
+    lengths: Array
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[2]
+
+
+def init_cache(cfg: ModelConfig, batch: int, capacity: int, dtype: Any = None) -> KVCache:
+    """An empty cache for `batch` rows of up to `capacity` tokens."""
+    dtype = dtype or _DTYPES[cfg.dtype]
+    shape = (cfg.num_layers, batch, capacity, cfg.num_kv_heads, cfg.head_dim)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
+
+
+CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
+
+
+def _constrain(x: Array, names: tuple, mesh: Optional[Mesh]) -> Array:
+    if mesh is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, named_sharding(names, mesh, x.shape))
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -> Array:
+    """RoPE inverse frequencies; with `scaling`, Llama-3.1's smooth low/high-frequency rule."""
+    inv = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    if scaling is None:
+        return inv
+    wavelen = 2 * math.pi / inv
+    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
+    smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor)
+    mid = (1 - smooth) * inv / scaling.factor + smooth * inv
+    return jnp.where(wavelen < high_wavelen, inv, jnp.where(wavelen > low_wavelen, inv / scaling.factor, mid))
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate `x [B, T, N, Dh]` by position (half-split layout, as in HF Llama/Qwen)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learned scale, computed in fp32."""
+
+    eps: float
+    param_dtype: Any = jnp.float32
+    axis_name: str = "norm"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+                           (x.shape[-1],), self.param_dtype)
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def _dense(module: nn.Module, name: str, shape: tuple, axes: tuple, cfg: ModelConfig, fan_in: int):
+    init = nn.initializers.normal(stddev=1.0 / math.sqrt(fan_in))
+    return module.param(name, nn.with_logical_partitioning(init, axes), shape, _DTYPES[cfg.param_dtype])
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with RoPE through `jax.nn.dot_product_attention`."""
+
+    cfg: ModelConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, x, cos, sin, mask, cache_kv, write_index):
+        cfg, dt = self.cfg, _DTYPES[self.cfg.dtype]
+        d, n, k, h = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        wq = _dense(self, "q", (d, n, h), ("embed", "heads", "head_dim"), cfg, d)
+        wk = _dense(self, "k", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
+        wv = _dense(self, "v", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
+        wo = _dense(self, "o", (n, h, d), ("heads", "head_dim", "embed"), cfg, n * h)
+        q = jnp.einsum("btd,dnh->btnh", x, wq.astype(dt))
+        key = jnp.einsum("btd,dkh->btkh", x, wk.astype(dt))
+        val = jnp.einsum("btd,dkh->btkh", x, wv.astype(dt))
+        if cfg.qkv_bias:
+            zeros = nn.initializers.zeros
+            pdt = _DTYPES[cfg.param_dtype]
+            q = q + self.param("q_bias", nn.with_logical_partitioning(zeros, ("heads", "head_dim")), (n, h), pdt).astype(dt)
+            key = key + self.param("k_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
+            val = val + self.param("v_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
+        if cfg.qk_norm:
+            q = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="q_norm")(q)
+            key = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="k_norm")(key)
+        q, key = apply_rope(q, cos, sin), apply_rope(key, cos, sin)
+        q = _constrain(q, ("batch", "length", "heads", "head_dim"), self.mesh)
+        if cache_kv is not None:
+            # Write the new tokens in place into the full [L, B, S, K, Dh] cache, then read layer.
+            cache_k, cache_v, layer_idx = cache_kv
+            write = jax.vmap(
+                lambda c, u, i: jax.lax.dynamic_update_slice(c, u[None].astype(c.dtype), (layer_idx, i, 0, 0)),
+                in_axes=(1, 0, 0), out_axes=1)
+            cache_k = write(cache_k, key, write_index)
+            cache_v = write(cache_v, val, write_index)
+            key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
+            cache_kv = (cache_k, cache_v, layer_idx)
+        out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
+        out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
+        return jnp.einsum("btnh,nhd->btd", out, wo.astype(dt)), cache_kv
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    cfg: ModelConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, x):
+        cfg, dt = self.cfg, _DTYPES[self.cfg.dtype]
+        d, f = cfg.hidden, cfg.intermediate
+        gate = _dense(self, "gate", (d, f), ("embed", "mlp"), cfg, d)
+        up = _dense(self, "up", (d, f), ("embed", "mlp"), cfg, d)
+        down = _dense(self, "down", (f, d), ("mlp", "embed"), cfg, f)
+        hid = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
+        hid = _constrain(hid, ("batch", "length", "mlp"), self.mesh)
+        return hid @ down.astype(dt)
+
+
+class Layer(nn.Module):
+    """One pre-norm decoder layer; the scan body. Carry: (x, cache_k, cache_v)."""
+
+    cfg: ModelConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, carry, layer_idx, cos, sin, mask, write_index):
+        x, cache_k, cache_v = carry
+        pdt = _DTYPES[self.cfg.param_dtype]
+        layer_kv = None if cache_k is None else (cache_k, cache_v, layer_idx)
+        h, layer_kv = Attention(self.cfg, self.mesh, name="attn")(
+            RMSNorm(self.cfg.rms_eps, pdt, name="attn_norm")(x), cos, sin, mask, layer_kv, write_index)
+        x = x + h
+        x = x + MLP(self.cfg, self.mesh, name="mlp")(RMSNorm(self.cfg.rms_eps, pdt, name="mlp_norm")(x))
+        x = _constrain(x, ("batch", "length", "embed"), self.mesh)
+        if cache_k is not None:
+            cache_k, cache_v, _ = layer_kv
+        return (x, cache_k, cache_v), None
+
+
+class Decoder(nn.Module):
+    """Embedding, scanned layers, final norm and (tied or untied) LM head."""
+
+    cfg: ModelConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, tokens, positions, cache: Optional[KVCache] = None,
+                 segment_ids=None, logits_index=None):
+        cfg, dt, pdt = self.cfg, _DTYPES[self.cfg.dtype], _DTYPES[self.cfg.param_dtype]
+        embed = self.param("embed", nn.with_logical_partitioning(
+            nn.initializers.normal(stddev=1.0), ("vocab", "embed")), (cfg.vocab_size, cfg.hidden), pdt)
+        # The lookup reads a replicated view of the table (one all-gather under a mesh).
+        x = jnp.take(_constrain(embed, (None, None), self.mesh), tokens, axis=0).astype(dt)  # [B, T, D]
+        x = _constrain(x, ("batch", "length", "embed"), self.mesh)
+
+        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        angles = positions.astype(jnp.float32)[..., None] * inv  # [B, T, Dh/2]
+        cos, sin = jnp.cos(angles), jnp.sin(angles)
+
+        t = tokens.shape[1]
+        if cache is None:
+            q_idx = jnp.arange(t)[None, :, None]
+            mask = jnp.broadcast_to(jnp.arange(t)[None, None, :] <= q_idx, (tokens.shape[0], t, t))
+            if segment_ids is not None:
+                mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+            write_index, cache_k, cache_v = None, None, None
+        else:
+            q_slot = cache.lengths[:, None, None] + jnp.arange(t)[None, :, None]  # [B, T, 1]
+            mask = jnp.arange(cache.capacity)[None, None, :] <= q_slot  # [B, T, S]
+            write_index, cache_k, cache_v = cache.lengths, cache.k, cache.v
+        mask = mask[:, None, :, :]
+
+        layer_cls = Layer
+        if cfg.remat:
+            layer_cls = nn.remat(Layer, prevent_cse=False)
+        stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                        length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+        (x, cache_k, cache_v), _ = stack(cfg, self.mesh, name="layers")(
+            (x, cache_k, cache_v), jnp.arange(cfg.num_layers), cos, sin, mask, write_index)
+
+        if logits_index is not None:  # only the rows' chosen positions: [B, 1, D]
+            x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)
+        x = RMSNorm(cfg.rms_eps, pdt, name="final_norm")(x)
+        if cfg.tie_embeddings:
+            head = embed.T
+        else:
+            head = self.param("lm_head", nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=1.0 / math.sqrt(cfg.hidden)), ("embed", "vocab")),
+                (cfg.hidden, cfg.vocab_size), pdt)
+        logits = jnp.einsum("btd,dv->btv", x, head.astype(dt), preferred_element_type=jnp.float32)
+        logits = _constrain(logits, ("batch", "length", "vocab"), self.mesh)
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(cache_k, cache_v, cache.lengths + t)
+        return logits, new_cache
+
+
+def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
+            cache: Optional[KVCache] = None, *, segment_ids: Optional[Array] = None,
+            logits_index: Optional[Array] = None, mesh: Optional[Mesh] = None):
+    """Pure forward pass: `(params, tokens [B,T], positions [B,T], cache) -> (logits, cache)`.
+
+    Logits are fp32 `[B, T, V]` (or `[B, 1, V]` at `logits_index [B]`). Without a cache the
+    mask is causal (and block-diagonal by `segment_ids` for packed rows).
+    """
+    return Decoder(cfg, mesh).apply({"params": params}, tokens, positions, cache,
+                                    segment_ids, logits_index)
+
+
+def abstract_params(cfg: ModelConfig):
+    """Shapes/dtypes of the params, boxed with their logical axis names (no allocation)."""
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    return jax.eval_shape(lambda: Decoder(cfg).init(jax.random.key(0), tokens, tokens)["params"])
+
+
+def param_logical_axes(cfg: ModelConfig):
+    """Pytree of logical-axis-name tuples, one per parameter."""
+    boxed = abstract_params(cfg)
+    return jax.tree.map(lambda b: tuple(b.names), boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+
+def param_shapes(cfg: ModelConfig):
+    """Pytree of `jax.ShapeDtypeStruct`, one per parameter."""
+    return nn.meta.unbox(abstract_params(cfg))
+
+
+def init_params(cfg: ModelConfig, key: Array):
+    """Random params (unboxed), for tests and training from scratch."""
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    return nn.meta.unbox(Decoder(cfg).init(key, tokens, tokens)["params"])

@@ -1,0 +1,256 @@
+"""In-graph sampler: prefill once, fan out to M samples, decode in `lax.while_loop`.
+
+`generate(...)` is the pure, jitted core over padded arrays. `Sampler` is the thin host
+edge: it pads prompts into (batch, prompt, generation) buckets, compiles each bucket
+once with `.lower().compile()` (logging every compilation), and trims the outputs.
+
+Randomness: each prompt has its own key; sample m of prompt b uses
+`split(key_b, M)[m]`, and step t folds t into it. A row's tokens therefore depend only
+on its own prompt and key, never on the rest of the batch.
+
+Logprobs are the model's log-softmax (temperature 1, no top-p/top-k filtering) of the
+chosen token: the sampling policy's logprob when sampling at temperature 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Optional, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from prd_jax.mesh import batch_size_multiple, named_sharding
+from prd_jax.model.config import ModelConfig
+from prd_jax.model.decoder import CACHE_AXES, KVCache, forward, init_cache
+
+log = logging.getLogger(__name__)
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Static sampling settings (part of the compile key).
+
+    temperature 0 means greedy; top_k 0 and top_p 1.0 disable those filters.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    num_samples: int = 1
+    stop_ids: tuple = ()
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens}; must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}; must be >= 0 (0 = greedy)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p}; allowed range (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k}; must be >= 0 (0 = off)")
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples={self.num_samples}; must be >= 1")
+        object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
+
+
+@flax.struct.dataclass
+class SampleOutput:
+    """Generated rows `[R = B*M]`: tokens/logprobs `[R, N]`, padded after each row's end.
+
+    `lengths` counts generated tokens including the stop token; `stopped` says whether a
+    stop id ended the row (else it hit `max_new_tokens`).
+    """
+
+    tokens: Array
+    logprobs: Array
+    lengths: Array
+    stopped: Array
+
+
+def top_k_mask(logits: Array, k: int) -> Array:
+    """Keep the k largest logits per row (ties at the k-th value kept), others -> -inf."""
+    kth = jax.lax.top_k(logits, k)[0][..., -1:]
+    return jnp.where(logits >= kth, logits, -jnp.inf)
+
+
+def top_p_mask(logits: Array, p: float) -> Array:
+    """Nucleus filter: keep the smallest set of top tokens whose probability reaches p.
+
+    A token is kept when the probability mass strictly above it is < p, so the top token
+    is always kept.
+    """
+    order = jnp.argsort(-logits, axis=-1)
+    sorted_logits = jnp.take_along_axis(logits, order, axis=-1)
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep_sorted = mass_before < p
+    threshold = jnp.min(jnp.where(keep_sorted, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits >= threshold, logits, -jnp.inf)
+
+
+def choose_tokens(logits: Array, keys: Array, scfg: SamplingConfig) -> Array:
+    """One token per row from fp32 logits `[R, V]` with per-row keys `[R]`."""
+    if scfg.temperature == 0.0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits / scfg.temperature
+    if scfg.top_k > 0:
+        scaled = top_k_mask(scaled, scfg.top_k)
+    if scfg.top_p < 1.0:
+        scaled = top_p_mask(scaled, scfg.top_p)
+    return jax.vmap(jax.random.categorical)(keys, scaled).astype(jnp.int32)
+
+
+def sample_keys(prompt_keys: Array, num_samples: int) -> Array:
+    """Per-row keys `[B*M]`: row (b, m) gets `split(prompt_keys[b], M)[m]`."""
+    return jax.vmap(lambda k: jax.random.split(k, num_samples))(prompt_keys).reshape(-1)
+
+
+def _repeat_rows(x: Array, m: int, axis: int = 0) -> Array:
+    return x if m == 1 else jnp.repeat(x, m, axis=axis)
+
+
+def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
+             max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int = 0,
+             fanout: bool = True, mesh: Optional[Mesh] = None) -> SampleOutput:
+    """Pure sampler over padded arrays (jit with `cfg`, `scfg`, `gen_len`, `fanout`, `mesh` static).
+
+    prompts `[B, P]` right-padded with `prompt_lengths [B]`; `prompt_keys [B]`; `max_new`
+    a traced scalar <= gen_len. With `fanout`, the prompt batch is prefilled once and its
+    KV cache and last logits are repeated M times (the PDR drafts' prefill-once fan-out);
+    without it, prompts are repeated first (M prefills, same result; for tests/benchmarks).
+    """
+    m = scfg.num_samples
+    batch, plen = prompts.shape
+    capacity = plen + gen_len
+    if not fanout:
+        prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
+    rows_prefilled = prompts.shape[0]
+    cache = init_cache(cfg, rows_prefilled, capacity)
+    if mesh is not None:
+        cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(cache, mesh))
+    positions = jnp.broadcast_to(jnp.arange(plen, dtype=jnp.int32), prompts.shape)
+    logits, cache = forward(cfg, params, prompts, positions, cache,
+                            logits_index=prompt_lengths - 1, mesh=mesh)
+    logits = logits[:, 0]
+    cache = cache.replace(lengths=prompt_lengths.astype(jnp.int32))
+    if fanout and m > 1:
+        cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
+                        _repeat_rows(cache.lengths, m))
+        logits = _repeat_rows(logits, m)
+    rows = batch * m
+    row_keys = sample_keys(prompt_keys, m)
+    stop_ids = jnp.asarray(scfg.stop_ids or (-1,), jnp.int32)
+
+    def cond(state):
+        step, _, _, _, _, _, finished = state
+        return (step < max_new) & ~jnp.all(finished)
+
+    def body(state):
+        step, cache, logits, tokens, logprobs, lengths, finished = state
+        keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+        tok = choose_tokens(logits, keys, scfg)
+        lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+        tok = jnp.where(finished, pad_id, tok)
+        lp = jnp.where(finished, 0.0, lp)
+        tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, step, 1)
+        logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, step, 1)
+        lengths = lengths + (~finished).astype(jnp.int32)
+        finished = finished | jnp.isin(tok, stop_ids)
+        logits, cache = forward(cfg, params, tok[:, None], cache.lengths[:, None], cache, mesh=mesh)
+        return step + 1, cache, logits[:, 0], tokens, logprobs, lengths, finished
+
+    state = (jnp.int32(0), cache, logits,
+             jnp.full((rows, gen_len), pad_id, jnp.int32), jnp.zeros((rows, gen_len), jnp.float32),
+             jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool))
+    _, _, _, tokens, logprobs, lengths, finished = jax.lax.while_loop(cond, body, state)
+    return SampleOutput(tokens, logprobs, lengths, finished)
+
+
+def _cache_sharding(cache: KVCache, mesh: Mesh) -> KVCache:
+    kv = named_sharding(CACHE_AXES, mesh, cache.k.shape)
+    return KVCache(kv, kv, named_sharding(("batch",), mesh, cache.lengths.shape))
+
+
+def bucket(n: int, minimum: int = 16) -> int:
+    """Next power of two >= max(n, minimum): bounds the number of compiled shapes."""
+    return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+class Sampler:
+    """Host edge of the sampler: bucketing, compile cache with logging, trimming.
+
+    >>> sampler = Sampler(cfg, mesh)
+    >>> out = sampler(params, [[1, 2, 3], [4, 5]], jax.random.key(0), SamplingConfig(32))
+    """
+
+    def __init__(self, cfg: ModelConfig, mesh: Optional[Mesh] = None, pad_id: int = 0,
+                 min_bucket: int = 16):
+        self.cfg, self.mesh, self.pad_id, self.min_bucket = cfg, mesh, pad_id, min_bucket
+        self._compiled: dict = {}
+
+    @property
+    def num_compilations(self) -> int:
+        return len(self._compiled)
+
+    def _executable(self, params, batch: int, plen: int, gen_len: int, scfg: SamplingConfig,
+                    fanout: bool):
+        key = (batch, plen, gen_len, scfg, fanout)
+        if key not in self._compiled:
+            log.info("sampler: compiling batch=%d prompt=%d gen=%d %s fanout=%s (compilation #%d)",
+                     batch, plen, gen_len, scfg, fanout, len(self._compiled) + 1)
+            fn = jax.jit(generate, static_argnames=("cfg", "scfg", "gen_len", "pad_id", "fanout", "mesh"),
+                         static_argnums=(0,))
+            args = (jax.ShapeDtypeStruct((batch, plen), jnp.int32, sharding=self._batch_sharding(2)),
+                    jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self._batch_sharding(1)),
+                    jax.ShapeDtypeStruct((batch,), jax.random.key(0).dtype, sharding=self._batch_sharding(1)),
+                    jax.ShapeDtypeStruct((), jnp.int32))
+            self._compiled[key] = fn.lower(self.cfg, params, *args, scfg=scfg, gen_len=gen_len,
+                                           pad_id=self.pad_id, fanout=fanout, mesh=self.mesh).compile()
+        return self._compiled[key]
+
+    def _batch_sharding(self, ndim: int):
+        if self.mesh is None:
+            return None
+        return NamedSharding(self.mesh, P(*((("data", "fsdp"),) + (None,) * (ndim - 1))))
+
+    def __call__(self, params, prompts: Sequence[Sequence[int]], rng: Array, scfg: SamplingConfig,
+                 *, fanout: bool = True) -> SampleOutput:
+        """Sample for a ragged list of token-id prompts; returns rows trimmed to the longest.
+
+        `rng` is one key (split per prompt) or an array of one key per prompt.
+        """
+        prompts = [list(map(int, p)) for p in prompts]
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+        longest = max(len(p) for p in prompts)
+        if longest + scfg.max_new_tokens > self.cfg.max_position:
+            raise ValueError(f"prompt of {longest} tokens + max_new_tokens={scfg.max_new_tokens} "
+                             f"exceeds the model context of {self.cfg.max_position} tokens")
+        n = len(prompts)
+        keys = rng if (hasattr(rng, "shape") and rng.shape == (n,)) else jax.random.split(rng, n)
+        multiple = 1 if self.mesh is None else batch_size_multiple(self.mesh)
+        batch = -(-bucket(n, 1) // multiple) * multiple
+        plen = min(bucket(longest, self.min_bucket), self.cfg.max_position - scfg.max_new_tokens)
+        gen_len = bucket(scfg.max_new_tokens, self.min_bucket)
+        tokens = np.full((batch, plen), self.pad_id, np.int32)
+        lengths = np.ones((batch,), np.int32)
+        for i, p in enumerate(prompts):
+            tokens[i, :len(p)] = p
+            lengths[i] = len(p)
+        keys = jnp.concatenate([keys, jax.random.split(jax.random.key(0), batch - n)]) if batch > n else keys
+        exe = self._executable(params, batch, plen, gen_len, scfg, fanout)
+        put = (lambda x, nd: jax.device_put(x, self._batch_sharding(nd))) if self.mesh else (lambda x, nd: x)
+        out = exe(params, put(jnp.asarray(tokens), 2), put(jnp.asarray(lengths), 1), put(keys, 1),
+                  jnp.int32(scfg.max_new_tokens))
+        rows = n * scfg.num_samples
+        width = max(1, int(jnp.max(out.lengths[:rows])))
+        return SampleOutput(out.tokens[:rows, :width], out.logprobs[:rows, :width],
+                            out.lengths[:rows], out.stopped[:rows])
