@@ -133,16 +133,16 @@ class Attention(nn.Module):
         if cache_kv is not None:
             # Write the new tokens in place into the full [L, B, S, K, Dh] cache, then read layer.
             cache_k, cache_v, layer_idx = cache_kv
-            write = jax.vmap(
-                lambda c, u, i: jax.lax.dynamic_update_slice(c, u[None].astype(c.dtype), (layer_idx, i, 0, 0)),
-                in_axes=(1, 0, 0), out_axes=1)
-            cache_k = write(cache_k, key, write_index)
-            cache_v = write(cache_v, val, write_index)
+            rows = jnp.arange(key.shape[0])[:, None]
+            slots = write_index[:, None] + jnp.arange(key.shape[1])[None, :]  # [B, T]
+            cache_k = cache_k.at[layer_idx, rows, slots].set(key.astype(cache_k.dtype), mode="drop")
+            cache_v = cache_v.at[layer_idx, rows, slots].set(val.astype(cache_v.dtype), mode="drop")
             key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
             cache_kv = (cache_k, cache_v, layer_idx)
         out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
         out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
-        return jnp.einsum("btnh,nhd->btd", out, wo.astype(dt)), cache_kv
+        b, t = out.shape[:2]
+        return out.reshape(b, t, n * h) @ wo.reshape(n * h, d).astype(dt), cache_kv
 
 
 class MLP(nn.Module):
