@@ -195,7 +195,7 @@ class Decoder(nn.Module):
                  segment_ids=None, logits_index=None):
         cfg, dt, pdt = self.cfg, _DTYPES[self.cfg.dtype], _DTYPES[self.cfg.param_dtype]
         embed = self.param("embed", nn.with_logical_partitioning(
-            nn.initializers.normal(stddev=1.0), ("vocab", "embed")), (cfg.vocab_size, cfg.hidden), pdt)
+            nn.initializers.normal(stddev=1.0 / math.sqrt(cfg.hidden)), ("vocab", "embed")), (cfg.vocab_size, cfg.hidden), pdt)
         # The lookup reads a replicated view of the table (one all-gather under a mesh).
         x = jnp.take(_constrain(embed, (None, None), self.mesh), tokens, axis=0).astype(dt)  # [B, T, D]
         x = _constrain(x, ("batch", "length", "embed"), self.mesh)

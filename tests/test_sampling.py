@@ -1,0 +1,153 @@
+"""Sampler correctness on the tiny random model: ragged batches, fan-out, masks, greedy,
+logprobs, stop ids and bounded compilation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prd_jax.model import forward, get_model_config, init_params
+from prd_jax.sampling import (Sampler, SamplingConfig, bucket, choose_tokens, top_k_mask,
+                              top_p_mask)
+
+PROMPTS = [[5, 17, 33, 2, 9, 100, 41], [7, 8], [250, 3, 3, 3, 64]]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = get_model_config("tiny")
+    return cfg, init_params(cfg, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def sampler(tiny):
+    return Sampler(tiny[0])
+
+
+def greedy_reference(cfg, params, prompt, n):
+    """Greedy decoding by re-running the full uncached forward each step."""
+    seq = list(prompt)
+    for _ in range(n):
+        logits, _ = forward(cfg, params, jnp.array([seq]), jnp.arange(len(seq))[None])
+        seq.append(int(jnp.argmax(logits[0, -1])))
+    return seq[len(prompt):]
+
+
+def test_greedy_equals_uncached_argmax(tiny, sampler):
+    cfg, params = tiny
+    out = sampler(params, PROMPTS, jax.random.key(0), SamplingConfig(12, temperature=0.0))
+    for row, prompt in enumerate(PROMPTS):
+        assert out.tokens[row].tolist() == greedy_reference(cfg, params, prompt, 12)
+    assert out.lengths.tolist() == [12, 12, 12]
+    assert not out.stopped.any()
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.8, 20, 0.9)])
+def test_ragged_batch_equals_each_prompt_alone(tiny, sampler, temperature, top_k, top_p):
+    _, params = tiny
+    scfg = SamplingConfig(10, temperature=temperature, top_k=top_k, top_p=top_p)
+    keys = jax.random.split(jax.random.key(3), len(PROMPTS))
+    batch = sampler(params, PROMPTS, keys, scfg)
+    for row, prompt in enumerate(PROMPTS):
+        alone = sampler(params, [prompt], keys[row:row + 1], scfg)
+        np.testing.assert_array_equal(batch.tokens[row, :alone.tokens.shape[1]], alone.tokens[0])
+        np.testing.assert_allclose(batch.logprobs[row, :alone.tokens.shape[1]], alone.logprobs[0],
+                                   atol=1e-5)
+
+
+def test_fanout_equals_repeated_prefill(tiny, sampler):
+    _, params = tiny
+    scfg = SamplingConfig(10, temperature=1.0, num_samples=4)
+    a = sampler(params, PROMPTS, jax.random.key(7), scfg, fanout=True)
+    b = sampler(params, PROMPTS, jax.random.key(7), scfg, fanout=False)
+    assert a.tokens.shape[0] == len(PROMPTS) * 4
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    # samples of one prompt differ from each other (independent keys)
+    assert len({tuple(r) for r in np.asarray(a.tokens[:4])}) > 1
+
+
+def test_logprobs_equal_model_log_softmax(tiny, sampler):
+    cfg, params = tiny
+    prompt = PROMPTS[0]
+    out = sampler(params, [prompt], jax.random.key(11), SamplingConfig(8, temperature=1.0))
+    gen = out.tokens[0].tolist()
+    seq = prompt + gen
+    logits, _ = forward(cfg, params, jnp.array([seq]), jnp.arange(len(seq))[None])
+    logp = jax.nn.log_softmax(logits[0], axis=-1)
+    expected = [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(gen)]
+    np.testing.assert_allclose(out.logprobs[0], expected, atol=1e-5)
+
+
+def test_stop_ids_end_rows(tiny, sampler):
+    cfg, params = tiny
+    free = sampler(params, PROMPTS, jax.random.key(0), SamplingConfig(12, temperature=0.0))
+    stop = int(free.tokens[0, 3])  # row 0 emits this at step 3 (maybe earlier too)
+    first = free.tokens[0].tolist().index(stop)
+    out = sampler(params, PROMPTS, jax.random.key(0),
+                  SamplingConfig(12, temperature=0.0, stop_ids=(stop,)))
+    assert int(out.lengths[0]) == first + 1 and bool(out.stopped[0])
+    assert out.tokens[0, :first + 1].tolist() == free.tokens[0, :first + 1].tolist()
+    assert (np.asarray(out.tokens[0, first + 1:]) == 0).all()
+    assert (np.asarray(out.logprobs[0, first + 1:]) == 0).all()
+    for row in range(1, len(PROMPTS)):  # other rows stop only where they emit `stop`
+        toks = free.tokens[row].tolist()
+        expect = toks.index(stop) + 1 if stop in toks else 12
+        assert int(out.lengths[row]) == expect
+
+
+def test_temperature_zero_is_argmax():
+    logits = jnp.array([[0.1, 2.0, -1.0, 1.9], [3.0, 0.0, 0.0, 2.5]])
+    keys = jax.random.split(jax.random.key(0), 2)
+    assert choose_tokens(logits, keys, SamplingConfig(1, temperature=0.0)).tolist() == [1, 0]
+
+
+def test_top_k_mask_hand_computed():
+    logits = jnp.array([[1.0, 5.0, 3.0, 4.0, 2.0]])
+    kept = np.isfinite(np.asarray(top_k_mask(logits, 2)))
+    assert kept.tolist() == [[False, True, False, True, False]]
+
+
+def test_top_p_mask_hand_computed():
+    probs = jnp.array([[0.5, 0.05, 0.3, 0.15]])
+    logits = jnp.log(probs)
+    # sorted: 0.5, 0.3, 0.15, 0.05; mass before each: 0, .5, .8, .95
+    assert np.isfinite(np.asarray(top_p_mask(logits, 0.5))).tolist() == [[True, False, False, False]]
+    assert np.isfinite(np.asarray(top_p_mask(logits, 0.75))).tolist() == [[True, False, True, False]]
+    assert np.isfinite(np.asarray(top_p_mask(logits, 0.85))).tolist() == [[True, False, True, True]]
+    assert np.isfinite(np.asarray(top_p_mask(logits, 1.0))).all()
+
+
+def test_top_k_sampling_never_leaves_the_top_k():
+    logits = jnp.tile(jnp.arange(10.0)[None] * 0.3, (2000, 1))
+    keys = jax.random.split(jax.random.key(1), 2000)
+    toks = np.asarray(choose_tokens(logits, keys, SamplingConfig(1, temperature=1.0, top_k=3)))
+    assert set(toks.tolist()) == {7, 8, 9}
+
+
+def test_bucketed_shapes_compile_once(tiny):
+    cfg, params = tiny
+    sampler = Sampler(cfg)
+    scfg = SamplingConfig(10, temperature=0.0)
+    sampler(params, [[1, 2, 3]], jax.random.key(0), scfg)
+    sampler(params, [[4, 5, 6, 7, 8, 9]], jax.random.key(0), scfg)  # same prompt bucket (16)
+    sampler(params, [[1] * 20], jax.random.key(0), scfg)  # prompt bucket 32
+    assert sampler.num_compilations == 2
+    assert [bucket(n) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(max_new_tokens=4, top_p=0.0), "top_p"),
+    (dict(max_new_tokens=4, temperature=-1.0), "temperature"),
+    (dict(max_new_tokens=4, num_samples=0), "num_samples")])
+def test_bad_sampling_config(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingConfig(**kwargs)
+
+
+def test_prompt_longer_than_context(tiny, sampler):
+    _, params = tiny
+    with pytest.raises(ValueError, match="exceeds the model context of 512"):
+        sampler(params, [[1] * 600], jax.random.key(0), SamplingConfig(8))
+    with pytest.raises(ValueError, match="max_new_tokens=100"):
+        sampler(params, [[1] * 450], jax.random.key(0), SamplingConfig(100))
