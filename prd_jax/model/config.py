@@ -126,7 +126,8 @@ def from_hf_config(hf: dict) -> ModelConfig:
             raise ValueError(f"config.json is missing required key {key!r}")
     heads = hf["num_attention_heads"]
     scaling = None
-    rs = hf.get("rope_scaling") or {}
+    rope_params = hf.get("rope_parameters") or {}  # transformers>=5 layout
+    rs = hf.get("rope_scaling") or rope_params
     rope_type = rs.get("rope_type", rs.get("type"))
     if rope_type == "llama3":
         scaling = RopeScaling(float(rs["factor"]), float(rs["low_freq_factor"]),
@@ -136,7 +137,7 @@ def from_hf_config(hf: dict) -> ModelConfig:
         raise ValueError(f"config.json rope_scaling.rope_type={rope_type!r}; supported: llama3, default")
     if model_type == "qwen2" and hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; allowed: false")
-    tie = hf.get("tie_word_embeddings", model_type != "llama")
+    tie = hf.get("tie_word_embeddings", False)  # transformers' default for all three families
     return ModelConfig(
         family=model_type,
         vocab_size=hf["vocab_size"],
@@ -146,7 +147,7 @@ def from_hf_config(hf: dict) -> ModelConfig:
         num_heads=heads,
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-        rope_theta=float(hf.get("rope_theta", 10000.0)),
+        rope_theta=float(hf.get("rope_theta", rope_params.get("rope_theta", 10000.0))),
         rope_scaling=scaling,
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(tie),

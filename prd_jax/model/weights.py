@@ -146,17 +146,37 @@ def _unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _checked_gguf_reader(path: str):
+    """A `GGUFReader` that names the first tensor whose data lies past the end of the file."""
+    import gguf
+
+    class Reader(gguf.GGUFReader):
+        def _build_tensors(self, start_offs, fields):
+            for field in fields:
+                _, name, _, dims, raw_type, offset = field.parts
+                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_type[0]))]
+                end = int(start_offs + offset[0]) + int(np.prod(dims)) * type_size // block
+                if end > len(self.data):
+                    raise ValueError(f"GGUF file {path}: tensor {bytes(name).decode()!r} extends past "
+                                     f"the end of the file ({end} > {len(self.data)} bytes; truncated?)")
+            super()._build_tensors(start_offs, fields)
+
+    return Reader(path)
+
+
 class GGUFCheckpoint:
     """Tensors of a llama-architecture GGUF file, dequantised to fp32 under HF names."""
 
     def __init__(self, path: str):
-        import gguf
-
         if not os.path.exists(path):
             raise FileNotFoundError(f"GGUF file {path} does not exist")
         self.path = path
         try:
-            self.reader = gguf.GGUFReader(path)
+            self.reader = _checked_gguf_reader(path)
+        except ValueError as e:
+            if str(e).startswith("GGUF file"):
+                raise
+            raise ValueError(f"GGUF file {path} is malformed or truncated: {e}") from None
         except Exception as e:  # the reader raises assorted errors on damaged files
             raise ValueError(f"GGUF file {path} is malformed or truncated: {type(e).__name__}: {e}") from None
         arch = self.field("general.architecture")
@@ -223,9 +243,31 @@ class GGUFCheckpoint:
 
 # --------------------------------------------------------------------------- conversion
 
-def _param_getters(cfg: ModelConfig, get: Callable[[str], np.ndarray]) -> dict:
+def _hf_shape(cfg: ModelConfig, name: str) -> tuple:
+    """The HF-layout shape the config implies for tensor `name`."""
+    n, k, h, d, f, v = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim,
+                        cfg.hidden, cfg.intermediate, cfg.vocab_size)
+    table = {"q_proj.weight": (n, d), "k_proj.weight": (k, d), "v_proj.weight": (k, d),
+             "o_proj.weight": (d, n), "q_proj.bias": (n,), "k_proj.bias": (k,), "v_proj.bias": (k,),
+             "q_norm.weight": (h,), "k_norm.weight": (h,), "gate_proj.weight": (f, d),
+             "up_proj.weight": (f, d), "down_proj.weight": (d, f), "layernorm.weight": (d,),
+             "embed_tokens.weight": (v, d), "lm_head.weight": (v, d), "model.norm.weight": (d,)}
+    for suffix, shape in table.items():
+        if name.endswith(suffix):
+            return shape
+    raise KeyError(name)
+
+
+def _param_getters(cfg: ModelConfig, read: Callable[[str], np.ndarray]) -> dict:
     """Our param tree, with a thunk per leaf that builds it (HF layout -> ours)."""
     n, k, h, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden
+
+    def get(name: str) -> np.ndarray:
+        w = read(name)
+        if tuple(w.shape) != _hf_shape(cfg, name):
+            raise ValueError(f"checkpoint tensor {name!r}: shape {tuple(w.shape)}, "
+                             f"model config expects {_hf_shape(cfg, name)}")
+        return w
 
     def per_layer(fn):
         return lambda: np.stack([fn(f"model.layers.{i}.") for i in range(cfg.num_layers)])
