@@ -122,7 +122,7 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
              fanout: bool = True, mesh: Optional[Mesh] = None) -> SampleOutput:
     """Pure sampler over padded arrays (jit with `cfg`, `scfg`, `gen_len`, `fanout`, `mesh` static).
 
-    prompts `[B, P]` right-padded with `prompt_lengths [B]`; `prompt_keys [B]`; `max_new`
+    prompts `[B, P]` left-padded (row b's tokens fill the last `prompt_lengths[b]` slots); `prompt_keys [B]`; `max_new`
     a traced scalar <= gen_len. With `fanout`, the prompt batch is prefilled once and its
     KV cache and last logits are repeated M times (the PDR drafts' prefill-once fan-out);
     without it, prompts are repeated first (M prefills, same result; for tests/benchmarks).
@@ -136,14 +136,15 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
     cache = init_cache(cfg, rows_prefilled, capacity)
     if mesh is not None:
         cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(cache, mesh))
-    positions = jnp.broadcast_to(jnp.arange(plen, dtype=jnp.int32), prompts.shape)
+    start = (plen - prompt_lengths).astype(jnp.int32)
+    cache = cache.replace(start=start)
+    positions = jnp.maximum(jnp.arange(plen, dtype=jnp.int32)[None, :] - start[:, None], 0)
     logits, cache = forward(cfg, params, prompts, positions, cache,
-                            logits_index=prompt_lengths - 1, mesh=mesh)
+                            logits_index=jnp.full((rows_prefilled,), plen - 1), mesh=mesh)
     logits = logits[:, 0]
-    cache = cache.replace(lengths=prompt_lengths.astype(jnp.int32))
     if fanout and m > 1:
         cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
-                        _repeat_rows(cache.lengths, m))
+                        _repeat_rows(cache.start, m), cache.index)
         logits = _repeat_rows(logits, m)
     rows = batch * m
     row_keys = sample_keys(prompt_keys, m)
@@ -164,7 +165,8 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
         logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, step, 1)
         lengths = lengths + (~finished).astype(jnp.int32)
         finished = finished | jnp.isin(tok, stop_ids)
-        logits, cache = forward(cfg, params, tok[:, None], cache.lengths[:, None], cache, mesh=mesh)
+        positions = (cache.index - cache.start)[:, None]
+        logits, cache = forward(cfg, params, tok[:, None], positions, cache, mesh=mesh)
         return step + 1, cache, logits[:, 0], tokens, logprobs, lengths, finished
 
     state = (jnp.int32(0), cache, logits,
@@ -176,7 +178,8 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
 
 def _cache_sharding(cache: KVCache, mesh: Mesh) -> KVCache:
     kv = named_sharding(CACHE_AXES, mesh, cache.k.shape)
-    return KVCache(kv, kv, named_sharding(("batch",), mesh, cache.lengths.shape))
+    return KVCache(kv, kv, named_sharding(("batch",), mesh, cache.start.shape),
+                   NamedSharding(mesh, P()))
 
 
 def bucket(n: int, minimum: int = 16) -> int:
@@ -242,8 +245,8 @@ class Sampler:
         gen_len = bucket(scfg.max_new_tokens, self.min_bucket)
         tokens = np.full((batch, plen), self.pad_id, np.int32)
         lengths = np.ones((batch,), np.int32)
-        for i, p in enumerate(prompts):
-            tokens[i, :len(p)] = p
+        for i, p in enumerate(prompts):  # left padding: the prompt ends at slot plen - 1
+            tokens[i, plen - len(p):] = p
             lengths[i] = len(p)
         keys = jnp.concatenate([keys, jax.random.split(jax.random.key(0), batch - n)]) if batch > n else keys
         exe = self._executable(params, batch, plen, gen_len, scfg, fanout)

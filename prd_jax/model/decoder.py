@@ -5,11 +5,12 @@
 "Implementation notes: Layers"); the KV cache is `[L, B, S, K, Dh]` and travels in the
 scan carry so each step writes one token in place instead of copying the cache.
 
-Cache semantics: `cache.lengths[b]` counts the slots of row b already filled. A call with
-T new tokens writes them at slots `lengths[b] .. lengths[b]+T-1`, and query t of row b
-attends to slots `j <= lengths[b] + t`. The returned cache has `lengths + T`; callers
-that fed right-padded rows reset `lengths` to the true lengths (pad slots are then
-overwritten before they can be attended to).
+Cache semantics (left-padded rows): all rows share one write slot `cache.index`; row b's
+valid keys start at slot `cache.start[b]` (its left padding ends there). A call with T new
+tokens writes them at slots `index .. index+T-1` with one in-place `dynamic_update_slice`,
+and query t of row b attends to slots `start[b] <= j <= index + t`. Positions are passed
+explicitly (for row b, slot minus `start[b]`), so a ragged batch gives each row the result
+it would get alone. The returned cache has `index + T`.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 @flax.struct.dataclass
 class KVCache:
-    """Per-layer keys/values `[L, B, S, K, Dh]` and per-row filled lengths `[B]`."""
+    """Per-layer keys/values `[L, B, S, K, Dh]`, per-row first valid slot `start [B]`, and
+    the shared next write slot `index` (scalar)."""
 
     k: Array
     v: Array
-    lengths: Array
+    start: Array
+    index: Array
 
     @property
     def capacity(self) -> int:
@@ -47,7 +50,8 @@ def init_cache(cfg: ModelConfig, batch: int, capacity: int, dtype: Any = None) -
     """An empty cache for `batch` rows of up to `capacity` tokens."""
     dtype = dtype or _DTYPES[cfg.dtype]
     shape = (cfg.num_layers, batch, capacity, cfg.num_kv_heads, cfg.head_dim)
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32),
+                   jnp.zeros((), jnp.int32))
 
 
 CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
@@ -133,10 +137,9 @@ class Attention(nn.Module):
         if cache_kv is not None:
             # Write the new tokens in place into the full [L, B, S, K, Dh] cache, then read layer.
             cache_k, cache_v, layer_idx = cache_kv
-            rows = jnp.arange(key.shape[0])[:, None]
-            slots = write_index[:, None] + jnp.arange(key.shape[1])[None, :]  # [B, T]
-            cache_k = cache_k.at[layer_idx, rows, slots].set(key.astype(cache_k.dtype), mode="drop")
-            cache_v = cache_v.at[layer_idx, rows, slots].set(val.astype(cache_v.dtype), mode="drop")
+            at = (layer_idx, 0, write_index, 0, 0)
+            cache_k = jax.lax.dynamic_update_slice(cache_k, key[None].astype(cache_k.dtype), at)
+            cache_v = jax.lax.dynamic_update_slice(cache_v, val[None].astype(cache_v.dtype), at)
             key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
             cache_kv = (cache_k, cache_v, layer_idx)
         out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
@@ -212,9 +215,10 @@ class Decoder(nn.Module):
                 mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
             write_index, cache_k, cache_v = None, None, None
         else:
-            q_slot = cache.lengths[:, None, None] + jnp.arange(t)[None, :, None]  # [B, T, 1]
-            mask = jnp.arange(cache.capacity)[None, None, :] <= q_slot  # [B, T, S]
-            write_index, cache_k, cache_v = cache.lengths, cache.k, cache.v
+            slots = jnp.arange(cache.capacity)[None, None, :]
+            q_slot = cache.index + jnp.arange(t)[None, :, None]  # [1, T, 1]
+            mask = (slots <= q_slot) & (slots >= cache.start[:, None, None])  # [B, T, S]
+            write_index, cache_k, cache_v = cache.index, cache.k, cache.v
         mask = mask[:, None, :, :]
 
         layer_cls = Layer
@@ -239,7 +243,7 @@ class Decoder(nn.Module):
         logits = _constrain(logits, ("batch", "length", "vocab"), self.mesh)
         new_cache = None
         if cache is not None:
-            new_cache = KVCache(cache_k, cache_v, cache.lengths + t)
+            new_cache = KVCache(cache_k, cache_v, cache.start, cache.index + t)
         return logits, new_cache
 
 
