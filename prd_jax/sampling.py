@@ -117,6 +117,24 @@ def _repeat_rows(x: Array, m: int, axis: int = 0) -> Array:
     return x if m == 1 else jnp.repeat(x, m, axis=axis)
 
 
+def prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, capacity: int,
+            *, mesh: Optional[Mesh] = None):
+    """Run left-padded prompts `[B, P]` into a fresh cache of `capacity` slots.
+
+    Returns the fp32 next-token logits `[B, V]` after each prompt and the cache.
+    """
+    rows, plen = prompts.shape
+    cache = init_cache(cfg, rows, capacity)
+    if mesh is not None:
+        cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(cache, mesh))
+    start = (plen - prompt_lengths).astype(jnp.int32)
+    cache = cache.replace(start=start)
+    positions = jnp.maximum(jnp.arange(plen, dtype=jnp.int32)[None, :] - start[:, None], 0)
+    logits, cache = forward(cfg, params, prompts, positions, cache,
+                            logits_index=jnp.full((rows,), plen - 1), mesh=mesh)
+    return logits[:, 0], cache
+
+
 def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
              max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int = 0,
              fanout: bool = True, mesh: Optional[Mesh] = None) -> SampleOutput:
@@ -129,19 +147,9 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
     """
     m = scfg.num_samples
     batch, plen = prompts.shape
-    capacity = plen + gen_len
     if not fanout:
         prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
-    rows_prefilled = prompts.shape[0]
-    cache = init_cache(cfg, rows_prefilled, capacity)
-    if mesh is not None:
-        cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(cache, mesh))
-    start = (plen - prompt_lengths).astype(jnp.int32)
-    cache = cache.replace(start=start)
-    positions = jnp.maximum(jnp.arange(plen, dtype=jnp.int32)[None, :] - start[:, None], 0)
-    logits, cache = forward(cfg, params, prompts, positions, cache,
-                            logits_index=jnp.full((rows_prefilled,), plen - 1), mesh=mesh)
-    logits = logits[:, 0]
+    logits, cache = prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, mesh=mesh)
     if fanout and m > 1:
         cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
                         _repeat_rows(cache.start, m), cache.index)

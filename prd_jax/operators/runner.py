@@ -1,0 +1,91 @@
+"""Host edge of the operators: compile templates, tokenize problems, jit and run.
+
+Strings exist only here: problems are tokenized once, completions decoded once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prd_jax.operators import prompts as P
+from prd_jax.operators.core import Context, OperatorResult, Problems, run
+from prd_jax.operators.specs import PDR, Sampling
+
+log = logging.getLogger(__name__)
+
+
+def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
+                 k_max: int = 16, templates: Optional[dict] = None) -> Context:
+    """Compile the default (or given) templates for `tokenizer` into an operator Context."""
+    chosen = {t.name: t for t in (P.SOLVE, P.SR_REFINE, P.SR_ERROR_ANALYSIS, P.PDR_TOPK, P.PDR_SUMMARY,
+                                  P.DISTILL_SUMMARY, P.POINTWISE_JUDGE)}
+    chosen.update(templates or {})
+    compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
+    digits = []
+    for d in "123456789":
+        ids = tokenizer.encode(d)
+        if len(ids) != 1:
+            raise ValueError(f"tokenizer encodes digit {d!r} as {ids}; the pointwise judge needs one token per digit")
+        digits.append(ids[0])
+    return Context(compiled, tuple(digits), sampling, tokenizer.pad_id, grader)
+
+
+def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],
+                    max_problem_tokens: int, width: Optional[int] = None):
+    """Tokenize problems and gold answers into a `Problems` batch.
+
+    Problems longer than `max_problem_tokens` are skipped: returns (Problems of the kept
+    ones, kept indices, {index: reason} for the skipped ones).
+    """
+    kept, skipped, rows, golds = [], {}, [], []
+    for i, (text, answer) in enumerate(zip(problems, answers)):
+        ids = tokenizer.encode(text)
+        if len(ids) > max_problem_tokens:
+            skipped[i] = f"problem has {len(ids)} tokens > max_problem_tokens={max_problem_tokens}"
+            continue
+        kept.append(i)
+        rows.append(ids)
+        golds.append(tokenizer.encode(str(answer))[:64])
+    width = width or max([len(r) for r in rows] + [1])
+    gold_width = max([len(g) for g in golds] + [1])
+
+    def pad(seqs, w):
+        arr = np.full((max(len(seqs), 1), w), tokenizer.pad_id, np.int32)
+        for j, s in enumerate(seqs):
+            arr[j, :len(s)] = s
+        return jnp.asarray(arr), jnp.asarray([len(s) for s in seqs] or [0], jnp.int32)
+
+    tok, length = pad(rows, width)
+    ans, ans_len = pad(golds, gold_width)
+    return Problems(tok, length, ans, ans_len), kept, skipped
+
+
+class MathGrader:
+    """Oracle grading on the host: decode candidate and gold, compare with math-verify."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def correct(self, cand_tok, cand_len, ans_tok, ans_len):
+        from prd_jax.rewards.math import grade
+
+        out = []
+        for ct, cl, at, al in zip(np.asarray(cand_tok), np.asarray(cand_len), np.asarray(ans_tok), np.asarray(ans_len)):
+            text = self.tokenizer.decode(ct[:cl].tolist())
+            gold = self.tokenizer.decode(at[:al].tolist())
+            out.append(bool(grade(text, gold)))
+        return np.asarray(out, bool)
+
+
+_JITTED = jax.jit(run, static_argnames=("spec", "ctx"))
+
+
+def run_operator(lm, problems: Problems, key, spec, ctx: Context) -> OperatorResult:
+    """Run one operator as one compiled program (cached per spec, context and shapes)."""
+    return _JITTED(lm, problems, key, spec=spec, ctx=ctx)
