@@ -1,0 +1,227 @@
+"""Operators with a scripted fake model: budgets by hand, oracle admission, assembly,
+and PDR(1,...,1) == SR on the tiny real model."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from prd_jax.model import get_model_config, init_params
+from prd_jax.operators import prompts as P
+from prd_jax.operators.assembly import assemble, truncate_head_tail
+from prd_jax.operators.lm import ModelLM
+from prd_jax.operators.runner import encode_problems, make_context, run_operator
+from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
+from prd_jax.sampling import SampleOutput
+
+
+class CharTokenizer:
+    """One token per character (id = ord % 200 + 3); chat template 'U:<content>\\nA:'."""
+
+    pad_id = 0
+
+    def encode(self, text, add_bos=False):
+        return [ord(c) % 200 + 3 for c in text]
+
+    def decode(self, ids, skip_special=True):
+        return "".join(chr(i - 3) for i in ids)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return "U:" + messages[0]["content"] + ("\nA:" if add_generation_prompt else "")
+
+
+@flax.struct.dataclass
+class ScriptedLM:
+    """Every call emits exactly max_new tokens; fan-out sample m emits token 100 + m."""
+
+    def generate(self, prompts, lengths, keys, scfg, fanout=True):
+        rows = prompts.shape[0] * scfg.num_samples
+        m = jnp.arange(rows) % scfg.num_samples
+        tokens = jnp.broadcast_to((100 + m)[:, None], (rows, scfg.max_new_tokens)).astype(jnp.int32)
+        zeros = jnp.zeros((rows, scfg.max_new_tokens))
+        return SampleOutput(tokens, zeros, jnp.full((rows,), scfg.max_new_tokens, jnp.int32),
+                            jnp.zeros((rows,), bool))
+
+    def next_logits(self, prompts, lengths):
+        return jnp.zeros((prompts.shape[0], 256))
+
+
+class FirstTokenGrader:
+    """A candidate is correct iff its first token equals the gold's first token."""
+
+    def correct(self, cand_tok, cand_len, ans_tok, ans_len):
+        return np.asarray(cand_tok)[:, 0] == np.asarray(ans_tok)[:, 0]
+
+
+TOK = CharTokenizer()
+N, CMAX, HEAD, KAPPA = 9, 6, 2, 5
+PROBLEM = "2+2=?"
+
+
+def ctx_for(kappa=KAPPA):
+    return make_context(TOK, Sampling(), grader=FirstTokenGrader(), kappa=kappa, k_max=4)
+
+
+def literal_len(template, kappa=KAPPA):
+    text = template.user.replace("{kappa}", str(kappa)).replace("{{}}", "{}")
+    for slot in P.SLOTS:
+        text = text.replace("{" + slot + "}", "")
+    return len("U:" + text + "\nA:" + template.assistant_prefix)
+
+
+def header_len(j):
+    return len(P.CANDIDATE_HEADER.format(index=j))
+
+
+FOOT = len(P.CANDIDATE_FOOTER)
+LP = len(PROBLEM)
+SOLVE_IN = literal_len(P.SOLVE) + LP
+CAND = min(N, CMAX)
+
+
+def topk_in(k):
+    return literal_len(P.PDR_TOPK) + LP + sum(header_len(j + 1) + CAND + FOOT for j in range(k))
+
+
+def problems(gold="d"):
+    return encode_problems(TOK, [PROBLEM], [gold], max_problem_tokens=64)[0]
+
+
+def workspace(res):
+    row = np.asarray(res.workspace_tokens[0]).tolist()
+    return row[len(row) - int(res.workspace_lengths[0]):]
+
+
+def run(spec, gold="d"):
+    res = run_operator(ScriptedLM(), problems(gold), jax.random.key(0), spec, ctx_for())
+    return res, int(res.b_seq[0]), int(res.b_total[0])
+
+
+def pdr_spec(distill, selector="random", k=2, schedule=(4, 2, 1)):
+    return PDR(schedule, distill, k, selector, KAPPA, N, CMAX, HEAD)
+
+
+def test_long_cot_budget():
+    _, b_seq, b_total = run(LongCoT(N))
+    assert b_seq == b_total == SOLVE_IN + N
+
+
+@pytest.mark.parametrize("error_analysis", [False, True])
+def test_sr_budget(error_analysis):
+    tpl = P.SR_ERROR_ANALYSIS if error_analysis else P.SR_REFINE
+    res, b_seq, b_total = run(SR(2, error_analysis, N, CMAX, HEAD))
+    refine_in = literal_len(tpl) + LP + CAND
+    assert b_seq == b_total == (SOLVE_IN + N) + 2 * (refine_in + N)
+    assert int(res.truncations[0]) == 2  # both refine prompts cut the 9-token answer to 6
+
+
+@pytest.mark.parametrize("distill", ["shared_topk", "per_sample_topk", "random_k"])
+def test_pdr_extractive_budgets(distill):
+    res, b_seq, b_total = run(pdr_spec(distill))
+    draft, refine = SOLVE_IN + N, topk_in(2) + N
+    assert b_total == 4 * draft + 2 * refine + 1 * refine
+    assert b_seq == draft + refine + refine
+    assert res.calls.names == ("draft",) * 4 + ("refine",) * 2 + ("refine",)
+    assert int(res.calls.accepted[0].sum()) == 3
+
+
+def test_pdr_global_summary_budget():
+    res, b_seq, b_total = run(pdr_spec("global_summary"))
+    draft = SOLVE_IN + N
+
+    def summary_in(m):
+        return literal_len(P.DISTILL_SUMMARY) + LP + sum(header_len(j + 1) + CAND + FOOT for j in range(m))
+
+    refine = literal_len(P.PDR_SUMMARY) + LP + KAPPA + N
+    s1, s2 = summary_in(4) + KAPPA, summary_in(2) + KAPPA
+    assert b_total == 4 * draft + s1 + 2 * refine + s2 + refine
+    assert b_seq == draft + s1 + refine + s2 + refine
+    assert int(res.workspace_lengths[0]) == KAPPA
+
+
+def test_pdr_self_pointwise_counts_rating_calls():
+    res, b_seq, b_total = run(pdr_spec("shared_topk", "self_pointwise"))
+    judge = literal_len(P.POINTWISE_JUDGE) + LP + CAND + 1  # in + one rating token
+    draft, refine = SOLVE_IN + N, topk_in(2) + N
+    assert b_total == 4 * draft + 2 * refine + refine + (4 + 2) * judge
+    assert b_seq == draft + refine + refine + 2 * judge
+
+
+def test_oracle_correct_admits_exactly_the_correct_candidate():
+    # draft m emits token 100+m; gold "d" encodes to 100 + 3 = 103 -> only draft 3 is correct
+    assert TOK.encode("d") == [103]
+    res, _, _ = run(pdr_spec("shared_topk", "oracle_correct", k=2))
+    ws = workspace(res)
+    # round-2 outputs are refine samples m=0,1 -> tokens 100, 101: neither correct, so the
+    # final workspace is empty; the round-1 workspace held only draft 3
+    assert ws == []
+    accepted_drafts = np.asarray(res.calls.accepted[0, :4])
+    assert accepted_drafts.tolist() == [False, False, False, True]
+
+
+def test_oracle_incorrect_admits_only_incorrect_candidates():
+    res, _, _ = run(pdr_spec("shared_topk", "oracle_incorrect", k=2, schedule=(4, 1)))
+    ws = workspace(res)
+    expected = (TOK.encode(P.CANDIDATE_HEADER.format(index=1)) + [100] * CAND + TOK.encode(P.CANDIDATE_FOOTER)
+                + TOK.encode(P.CANDIDATE_HEADER.format(index=2)) + [101] * CAND + TOK.encode(P.CANDIDATE_FOOTER))
+    assert ws == expected
+    res, _, _ = run(pdr_spec("shared_topk", "oracle_correct", k=2, schedule=(4, 1)))
+    ws = workspace(res)
+    assert ws == TOK.encode(P.CANDIDATE_HEADER.format(index=1)) + [103] * CAND + TOK.encode(P.CANDIDATE_FOOTER)
+
+
+def test_truncate_head_tail_hand_computed():
+    toks = jnp.array([[1, 2, 3, 4, 5, 6, 7, 8], [9, 8, 0, 0, 0, 0, 0, 0]])
+    out, length, cut = truncate_head_tail(toks, jnp.array([8, 2]), 5, 2)
+    assert out[0].tolist() == [1, 2, 6, 7, 8] and out[1, :2].tolist() == [9, 8]
+    assert length.tolist() == [5, 2] and cut.tolist() == [True, False]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=2, max_size=2), min_size=1, max_size=4),
+       st.integers(1, 16))
+def test_assemble_matches_python_concat_and_respects_capacity(lengths, capacity):
+    segs, expected = [], [[], []]
+    for s, (l0, l1) in enumerate(lengths):
+        tok = jnp.arange(6)[None, :] + 10 * (s + 1) + jnp.array([[0], [100]])
+        segs.append((tok, jnp.array([l0, l1])))
+        expected[0] += list(range(10 * (s + 1), 10 * (s + 1) + l0))
+        expected[1] += list(range(10 * (s + 1) + 100, 10 * (s + 1) + 100 + l1))
+    out, kept, overflow = assemble(segs, capacity, pad_id=-1)
+    for row in range(2):
+        n = int(kept[row])
+        assert n <= capacity and n == min(len(expected[row]), capacity)
+        assert bool(overflow[row]) == (len(expected[row]) > capacity)
+        assert out[row, capacity - n:].tolist() == expected[row][:n]
+        assert (np.asarray(out[row, :capacity - n]) == -1).all()
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(schedule=(4, 2)), "schedule"), (dict(schedule=(2, 1), k=3), "PDR.k=3"),
+    (dict(distill="best"), "distill"), (dict(selector="vibes"), "selector"),
+    (dict(kappa=0), "kappa"), (dict(truncation_head=999), "truncation_head")])
+def test_invalid_pdr_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        PDR(**kwargs)
+
+
+def test_overlong_problem_is_skipped_with_reason():
+    probs, kept, skipped = encode_problems(TOK, ["short", "x" * 100], ["1", "2"], max_problem_tokens=20)
+    assert kept == [0] and "100 tokens > max_problem_tokens=20" in skipped[1]
+    assert probs.tokens.shape[0] == 1
+
+
+def test_pdr_all_ones_schedule_equals_sr_on_tiny_model():
+    cfg = get_model_config("tiny", max_position=2048)
+    lm = ModelLM(init_params(cfg, jax.random.key(0)), cfg, 0)
+    ctx = make_context(TOK, Sampling(temperature=1.0), kappa=8, k_max=2)
+    probs = encode_problems(TOK, ["1+1=?", "3*4=?"], ["2", "12"], 32)[0]
+    key = jax.random.key(42)
+    sr_res = run_operator(lm, probs, key, SR(2, False, 12, 8, 3), ctx)
+    pdr_res = run_operator(lm, probs, key, PDR((1, 1, 1), "shared_topk", 1, "random", 8, 12, 8, 3,
+                                               refine_template="previous"), ctx)
+    np.testing.assert_array_equal(sr_res.final_tokens, pdr_res.final_tokens)
+    np.testing.assert_array_equal(sr_res.b_seq, pdr_res.b_seq)
+    np.testing.assert_array_equal(pdr_res.b_seq, pdr_res.b_total)
