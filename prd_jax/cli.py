@@ -1,6 +1,7 @@
-"""`prd-jax` command line: `generate` and `demo`.
+"""`prd-jax` command line: `generate`, `eval` and `demo`.
 
     prd-jax generate --model smollm2-135m --prompt "What is 7*8?" --chat --max-new-tokens 64
+    prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
     prd-jax demo
 """
 
@@ -94,12 +95,23 @@ def main(argv=None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate_args(sub.add_parser("generate", help="sample completions from a model"))
     sub.add_parser("demo", help="the main demo job")
-    args = parser.parse_args(argv)
+    ev = sub.add_parser("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
+    ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
+    ev.add_argument("--workdir", required=True, help="output directory (results.jsonl, summary.md, pareto.png)")
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "eval":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
         run_demo(args)
+    elif args.command == "eval":
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.evaluate import evaluate
+
+        config = apply_overrides(load_config(args.config), rest)
+        evaluate(config, args.workdir)
 
 
 if __name__ == "__main__":

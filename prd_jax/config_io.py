@@ -1,0 +1,60 @@
+"""Load `ml_collections` config files (`get_config(arg)`) and apply `--config.x=v` overrides.
+
+DESIGN.md principle 6: configs are Python files; `path.py:arg` passes `arg` to
+`get_config`. Override values are parsed as Python literals when possible and must keep
+the type of the field they replace.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from typing import Sequence
+
+PREFIX = "--config."
+
+
+def load_config(spec: str):
+    """`configs/eval/x.py` or `configs/eval/x.py:arg` -> ConfigDict."""
+    path, _, arg = spec.partition(":")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config file {path!r} does not exist")
+    module_spec = importlib.util.spec_from_file_location("prd_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ValueError(f"config file {path!r} defines no get_config(arg=None)")
+    return module.get_config(arg or None)
+
+
+def apply_overrides(config, overrides: Sequence[str]):
+    """Apply `--config.a.b=value` strings in order; unknown fields raise naming the field."""
+    for item in overrides:
+        if not item.startswith(PREFIX) or "=" not in item:
+            raise ValueError(f"override {item!r}: expected --config.FIELD=VALUE")
+        dotted, raw = item[len(PREFIX):].split("=", 1)
+        *parents, leaf = dotted.split(".")
+        node = config
+        for name in parents:
+            if name not in node:
+                raise ValueError(f"override {item!r}: config has no field {name!r}")
+            node = node[name]
+        if leaf not in node:
+            raise ValueError(f"override {item!r}: config has no field {dotted!r}; fields: {sorted(node.keys())}")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        current = node[leaf]
+        if isinstance(current, bool) and not isinstance(value, bool):
+            raise ValueError(f"--config.{dotted}: expected True/False, got {raw!r}")
+        if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(current, str) and not isinstance(value, str):
+            value = raw
+        if current is not None and type(value) is not type(current) and not (
+                isinstance(current, (list, tuple)) and isinstance(value, (list, tuple))):
+            raise ValueError(f"--config.{dotted}={raw!r}: expected {type(current).__name__}")
+        node[leaf] = value
+    return config

@@ -1,0 +1,144 @@
+"""seqio Tasks over the TFDS math builders: `prd_gsm8k`, `prd_math500`, `prd_aime2024`, ...
+
+    from prd_jax.data import tasks, vocab
+    names = tasks.register_tasks(vocab.HFVocabulary(tokenizer))
+    ds = seqio.get_mixture_or_task("prd_gsm8k").get_dataset(
+        sequence_length=None, split="test", shuffle=False)
+
+Each example has `inputs` (the problem, optionally rendered through a prompt template) and
+`targets` (the gold answer followed by EOS) as int32 token ids, plus `inputs_pretokenized`,
+`targets_pretokenized` and `id` as strings.
+
+Data source: a `seqio.TfdsDataSource` reading the prepared TFDS dataset from the TFDS data
+dir (`paths.tfds_dir`). Plain `TfdsDataSource` would prepare a missing dataset through
+`tfds.load`, which cannot be told our manual dir (the JSONL data dir), so the subclass used
+here opens in read-only mode and prepares the dataset itself, lazily, on first use, with the
+configured data dir as manual dir (see `tfds_builders.prepare`). Registering is therefore
+cheap and needs no data; the first `get_dataset` of a task prepares it once per TFDS dir.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+import seqio
+
+from prd_jax.data import paths, tfds_builders
+from prd_jax.data._tf import tf
+
+__all__ = ["TASK_PREFIX", "TASKS", "PromptTemplate", "ManualTfdsDataSource", "problem_to_text",
+           "register_tasks"]
+
+TASK_PREFIX = "prd_"
+
+# seqio task name -> (benchmark builder short name, splits).
+TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    f"{TASK_PREFIX}{short}": (short, tuple(cls.SPLIT_FILES))
+    for short, cls in tfds_builders.BUILDERS.items()
+}
+
+# A format string containing "{problem}" (rendered in TF ops), or a str -> str callable
+# (run through tf.numpy_function), or None for the bare problem text.
+PromptTemplate = Union[str, Callable[[str], str], None]
+
+
+class ManualTfdsDataSource(seqio.TfdsDataSource):
+    """A read-only `TfdsDataSource` that first prepares its builder from the manual (data) dir."""
+
+    def __init__(self, builder_name: str, *, data_dir: Optional[str] = None,
+                 tfds_dir: Optional[str] = None, splits: Optional[tuple[str, ...]] = None):
+        cls = tfds_builders.builder_class(builder_name)
+        self._manual_data_dir = data_dir
+        self._prepared = False
+        super().__init__(tfds_name=f"{cls.name}:{cls.VERSION}",
+                         tfds_data_dir=paths.tfds_dir(tfds_dir),
+                         splits=splits or tuple(cls.SPLIT_FILES),
+                         read_only=True)
+
+    def _ensure_prepared(self) -> None:
+        if not self._prepared:
+            # The memoized builder seqio will read with; prepare() refreshes its info if another
+            # instance prepared the data in the meantime.
+            tfds_builders.prepare(self.tfds_dataset.builder, data_dir=self._manual_data_dir)
+            self._prepared = True
+
+    def get_dataset(self, *args: Any, **kwargs: Any) -> tf.data.Dataset:
+        self._ensure_prepared()
+        return super().get_dataset(*args, **kwargs)
+
+    def num_input_examples(self, split: str) -> Optional[int]:
+        self._ensure_prepared()
+        return super().num_input_examples(split)
+
+    def list_shards(self, split: str):
+        self._ensure_prepared()
+        return super().list_shards(split)
+
+
+def _render_fn(template: PromptTemplate) -> Callable[[tf.Tensor], tf.Tensor]:
+    if template is None:
+        return lambda problem: problem
+    if isinstance(template, str):
+        if template.count("{problem}") != 1:
+            raise ValueError(f"prompt template must contain '{{problem}}' exactly once: {template!r}")
+        prefix, suffix = template.split("{problem}")
+        return lambda problem: tf.strings.join([prefix, problem, suffix])
+    if callable(template):
+        def render_np(problem: Any) -> bytes:
+            if hasattr(problem, "item"):
+                problem = problem.item()
+            text = template(problem.decode("utf-8"))
+            if not isinstance(text, str):
+                raise TypeError(f"prompt template returned {type(text).__name__}, expected str")
+            return text.encode("utf-8")
+
+        def render(problem: tf.Tensor) -> tf.Tensor:
+            out = tf.numpy_function(render_np, [problem], tf.string, stateful=False)
+            out.set_shape([])
+            return out
+        return render
+    raise TypeError(f"prompt_template must be None, a str or a callable, got {type(template)}")
+
+
+def problem_to_text(prompt_template: PromptTemplate = None):
+    """Preprocessor: {id, problem, answer} -> {id, inputs: rendered problem, targets: answer}."""
+    render = _render_fn(prompt_template)
+
+    @seqio.map_over_dataset
+    def preprocess(ex: dict) -> dict:
+        return {"id": ex["id"], "inputs": render(ex["problem"]), "targets": ex["answer"]}
+    return preprocess
+
+
+def register_tasks(vocabulary: seqio.Vocabulary, data_dir: Optional[str] = None,
+                   tfds_dir: Optional[str] = None,
+                   prompt_template: PromptTemplate = None) -> list[str]:
+    """Register (or re-register) the `prd_*` tasks in `seqio.TaskRegistry`; returns their names.
+
+    Idempotent: an existing task of the same name is replaced, so the latest arguments win.
+    `data_dir` is the JSONL data dir (see `paths.data_dir`), `tfds_dir` where prepared TFDS
+    datasets live (see `paths.tfds_dir`). `inputs` get no EOS; `targets` end with EOS.
+    """
+    output_features = {
+        "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=False, dtype=tf.int32),
+        "targets": seqio.Feature(vocabulary=vocabulary, add_eos=True, dtype=tf.int32),
+    }
+    names = []
+    for task_name, (builder_name, splits) in TASKS.items():
+        source = ManualTfdsDataSource(builder_name, data_dir=data_dir, tfds_dir=tfds_dir,
+                                      splits=splits)
+        if task_name in seqio.TaskRegistry.names():
+            seqio.TaskRegistry.remove(task_name)
+        seqio.TaskRegistry.add(
+            task_name,
+            source=source,
+            preprocessors=[
+                problem_to_text(prompt_template),
+                seqio.preprocessors.tokenize,
+                seqio.preprocessors.append_eos,
+            ],
+            output_features=output_features,
+            metric_fns=[],
+        )
+        names.append(task_name)
+    return names

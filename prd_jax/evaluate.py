@@ -1,0 +1,209 @@
+"""Evaluation harness: operators x problems x k samples -> results.jsonl, summary.md, pareto.png.
+
+Metrics follow the PDR paper (arXiv 2510.01123 §4): mean@k accuracy (mean over problems
+of the per-problem mean over k samples), pass@k (share of problems with at least one
+correct sample among k), and mean B_seq / B_total per operator. A rerun reads
+`results.jsonl` and skips (problem, operator, sample) rows already written.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+from typing import Iterable, Optional
+
+import jax
+import numpy as np
+
+from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
+
+log = logging.getLogger(__name__)
+
+OPERATOR_TYPES = {"long_cot": LongCoT, "sr": SR, "pdr": PDR}
+
+
+def build_spec(entry: dict):
+    """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...}."""
+    entry = dict(entry)
+    kind = entry.pop("type", None)
+    if kind not in OPERATOR_TYPES:
+        raise ValueError(f"operator type {kind!r}; allowed: {sorted(OPERATOR_TYPES)}")
+    cls = OPERATOR_TYPES[kind]
+    fields = {f for f in cls.__dataclass_fields__}
+    unknown = set(entry) - fields
+    if unknown:
+        raise ValueError(f"operator {kind!r}: unknown fields {sorted(unknown)}; allowed: {sorted(fields)}")
+    if "schedule" in entry:
+        entry["schedule"] = tuple(entry["schedule"])
+    return cls(**entry)
+
+
+def read_done(path: str) -> set:
+    """(problem_id, operator, sample) keys already in results.jsonl (a torn last line is ignored)."""
+    done = set()
+    if not os.path.exists(path):
+        return done
+    with open(path) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            done.add((row["problem_id"], row["operator"], row["sample"]))
+    return done
+
+
+def summarize(rows: Iterable[dict]) -> list:
+    """Per-operator mean@k, pass@k, mean B_seq / B_total, parse failures and skips."""
+    by_op = collections.defaultdict(lambda: collections.defaultdict(list))
+    skipped = collections.Counter()
+    for row in rows:
+        if row.get("skipped"):
+            skipped[row["operator"]] += 1
+            continue
+        by_op[row["operator"]][row["problem_id"]].append(row)
+    table = []
+    for op, problems in by_op.items():
+        per_problem = [np.mean([r["correct"] for r in rs]) for rs in problems.values()]
+        all_rows = [r for rs in problems.values() for r in rs]
+        k = max(len(rs) for rs in problems.values())
+        table.append({
+            "operator": op, "problems": len(problems), "k": k,
+            "mean_at_k": float(np.mean(per_problem)),
+            "pass_at_k": float(np.mean([any(r["correct"] for r in rs) for rs in problems.values()])),
+            "b_seq": float(np.mean([r["b_seq"] for r in all_rows])),
+            "b_total": float(np.mean([r["b_total"] for r in all_rows])),
+            "parse_failures": int(sum(not r["parsed"] for r in all_rows)),
+            "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
+            "skipped": skipped[op],
+        })
+    return table
+
+
+def markdown_table(table: list) -> str:
+    head = "| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | no answer | truncations | skipped |"
+    lines = [head, "|" + "---|" * 10]
+    for t in table:
+        lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
+                     f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | "
+                     f"{t['parse_failures']} | {t['truncations']} | {t['skipped']} |")
+    return "\n".join(lines)
+
+
+def pareto_plot(table: list, path: str, title: str = "") -> None:
+    """Accuracy against mean B_seq and mean B_total, one point per operator (paper Fig. 3 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, key, label in ((axes[0], "b_seq", "B_seq (accepted-path tokens)"),
+                           (axes[1], "b_total", "B_total (all tokens)")):
+        for t in table:
+            ax.scatter(t[key], t["mean_at_k"], s=40)
+            ax.annotate(t["operator"], (t[key], t["mean_at_k"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_xlabel(label)
+        ax.set_ylabel("mean@k accuracy")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _calls_rows(calls, i: int) -> list:
+    return [{"in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
+            for a, b, c in zip(np.asarray(calls.in_tokens[i]), np.asarray(calls.out_tokens[i]),
+                               np.asarray(calls.accepted[i]))]
+
+
+def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list:
+    """Run `config.operators` on `config.dataset`; write results, summary and plot to `workdir`."""
+    from tqdm import tqdm
+
+    from prd_jax.data.jsonl import read_problems
+    from prd_jax.model import load
+    from prd_jax.operators.lm import ModelLM
+    from prd_jax.operators.runner import MathGrader, encode_problems, make_context, run_operator
+    from prd_jax.rewards.math import grade_detailed
+
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(dict(config), indent=2))
+    specs = [build_spec(dict(e)) for e in config.operators]
+    rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
+    if model is None:
+        from prd_jax.mesh import make_mesh
+
+        mesh = make_mesh(config.mesh) if config.get("mesh") else None
+        model = load(config.model, config.get("model_path") or None, mesh=mesh)
+    tok = model.tokenizer
+    lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh)
+    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids)
+    grader = MathGrader(tok)
+    results_path = os.path.join(workdir, "results.jsonl")
+    done = read_done(results_path)
+    batch = config.batch_size
+    total = len(specs) * config.k_samples * -(-len(rows) // batch)
+    bar = tqdm(total=total, desc="eval", disable=not progress, dynamic_ncols=True)
+    with open(results_path, "a") as out:
+        for op_index, spec in enumerate(specs):
+            ctx = make_context(tok, sampling, grader=grader, kappa=getattr(spec, "kappa", None),
+                               k_max=max(getattr(spec, "k", 1), 16 if isinstance(spec, PDR) else 1))
+            for start in range(0, len(rows), batch):
+                chunk = rows[start:start + batch]
+                probs, kept, skipped = encode_problems(tok, [r["problem"] for r in chunk],
+                                                       [r["answer"] for r in chunk], config.max_problem_tokens,
+                                                       width=config.max_problem_tokens)
+                for sample in range(config.k_samples):
+                    bar.update(1)
+                    todo = [j for j in range(len(chunk)) if (chunk[j]["id"], spec.label, sample) not in done]
+                    if not todo:
+                        continue
+                    for j, reason in skipped.items():
+                        if j not in todo:
+                            continue
+                        out.write(json.dumps({"problem_id": chunk[j]["id"], "operator": spec.label,
+                                              "sample": sample, "skipped": reason}) + "\n")
+                    if kept:
+                        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), op_index),
+                                                 start * 1000 + sample)
+                        res = run_operator(lm, _pad_batch(probs, batch), key, spec, ctx)
+                        for i, j in enumerate(kept):
+                            if j not in todo:
+                                continue
+                            n = int(res.final_lengths[i])
+                            text = tok.decode(np.asarray(res.final_tokens[i, :n]).tolist())
+                            g = grade_detailed(text, chunk[j]["answer"])
+                            out.write(json.dumps({
+                                "problem_id": chunk[j]["id"], "operator": spec.label, "sample": sample,
+                                "answer": g["answer"], "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
+                                "b_seq": int(res.b_seq[i]), "b_total": int(res.b_total[i]),
+                                "truncations": int(res.truncations[i]),
+                                "calls": _calls_rows(res.calls, i), "completion": text}) + "\n")
+                    out.flush()
+    bar.close()
+    with open(results_path) as f:
+        all_rows = [json.loads(line) for line in f if line.strip()]
+    table = summarize(all_rows)
+    md = markdown_table(table)
+    with open(os.path.join(workdir, "summary.md"), "w") as f:
+        f.write(f"# {config.dataset}: {config.model}\n\n{md}\n")
+    print(md)
+    pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{config.dataset} ({config.model})")
+    return table
+
+
+def _pad_batch(problems, batch: int):
+    """Pad a Problems batch to `batch` rows (the padding rows are ignored), so shapes repeat."""
+    import jax.numpy as jnp
+
+    n = problems.tokens.shape[0]
+    if n == batch:
+        return problems
+    pad = lambda x: jnp.concatenate([x, jnp.repeat(x[:1], batch - n, axis=0)], axis=0)
+    return jax.tree.map(pad, problems)

@@ -1,0 +1,313 @@
+"""prd_jax.data: data-dir resolution, JSONL reading, TFDS builders, seqio vocabulary and tasks.
+
+Reads the benchmark files from the shared data dir (`../shared/data` from the repo root, or
+$PRD_DATA_DIR). TFDS datasets are prepared into per-module tmp dirs, never the user cache.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+
+from prd_jax.data import jsonl, paths  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+COUNTS = {"gsm8k_train": 7473, "gsm8k_test": 1319, "math500": 500, "aime2024": 30,
+          "aime2025": 30}
+SAMPLE_STRINGS = [
+    "Janet’s ducks lay 16 eggs per day.",
+    "Find $\\frac{1}{2} + \\sqrt{x^2}$, where x ≥ 0.",
+    "Grüße aus Köln — naïve café, 日本語のテキスト, emoji 😀🚀",
+    "  leading spaces,\ttabs\nand\n\nnewlines  ",
+    "",
+]
+
+
+def _lines(name):
+    with open(paths.dataset_file(name), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ---------------------------------------------------------------- paths and JSONL
+
+
+def test_data_dir_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv(paths.DATA_DIR_ENV, raising=False)
+    assert os.path.samefile(paths.data_dir(), REPO_ROOT.parent / "shared" / "data")
+    monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
+    assert paths.data_dir() == str(tmp_path)
+    explicit = tmp_path / "explicit"
+    explicit.mkdir()
+    assert paths.data_dir(str(explicit)) == str(explicit)
+    with pytest.raises(FileNotFoundError, match=paths.DATA_DIR_ENV):
+        paths.data_dir(str(tmp_path / "nope"))
+
+
+def test_tfds_dir_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv(paths.TFDS_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert paths.tfds_dir() == str(tmp_path / "prd_jax" / "tfds")
+    monkeypatch.setenv(paths.TFDS_DIR_ENV, str(tmp_path / "env"))
+    assert paths.tfds_dir() == str(tmp_path / "env")
+    assert paths.tfds_dir(str(tmp_path / "x")) == str(tmp_path / "x")
+
+
+@pytest.mark.parametrize("name,count", sorted(COUNTS.items()))
+def test_read_problems_counts(name, count):
+    rows = jsonl.read_problems(name)
+    assert len(rows) == count
+    assert len({r["id"] for r in rows}) == count
+    for r in rows:
+        assert all(isinstance(r[k], str) and r[k] for k in ("id", "problem", "answer"))
+
+
+def test_read_problems_rows_equal_jsonl_lines():
+    rows = jsonl.read_problems("gsm8k_test")
+    assert rows[0] == _lines("gsm8k_test")[0]
+    assert rows[0]["id"] == "gsm8k-test-0" and rows[0]["answer"] == "18"
+    assert rows[0]["problem"].startswith("Janet’s ducks lay 16 eggs per day.")
+    aime = jsonl.read_problems("aime2025")
+    assert aime == _lines("aime2025")
+    assert aime[0]["answer"] == "70"
+    m500 = jsonl.read_problems("math500", limit=3)
+    assert len(m500) == 3 and {"subject", "level"} <= set(m500[0])
+    assert jsonl.read_problems("aime2024", limit=0) == []
+
+
+def test_unknown_name():
+    with pytest.raises(ValueError, match="aime2024.*gsm8k_test.*math500"):
+        paths.dataset_file("gsm8k")
+    with pytest.raises(ValueError, match="allowed names"):
+        jsonl.read_problems("mmlu")
+
+
+def test_missing_file_names_path_and_env(monkeypatch, tmp_path):
+    monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
+    expected = str(tmp_path / "math" / "gsm8k_test.jsonl")
+    with pytest.raises(FileNotFoundError) as err:
+        jsonl.read_problems("gsm8k_test")
+    assert expected in str(err.value)
+    assert "PRD_DATA_DIR" in str(err.value) and "export PRD_DATA_DIR=" in str(err.value)
+
+
+@pytest.mark.parametrize("bad_line,needle", [
+    ({"id": "b", "problem": "p"}, "missing key 'answer'"),
+    ({"id": "b", "problem": "p", "answer": 7}, "invalid key 'answer'"),
+    ({"id": "b", "problem": "", "answer": "7"}, "invalid key 'problem'"),
+    ({"id": "a", "problem": "p", "answer": "7"}, "duplicate id"),
+    ("{not json", "invalid JSON"),
+])
+def test_malformed_line_names_file_and_line(monkeypatch, tmp_path, bad_line, needle):
+    (tmp_path / "math").mkdir()
+    path = tmp_path / "math" / "aime2024.jsonl"
+    good = json.dumps({"id": "a", "problem": "p", "answer": "1"})
+    bad = bad_line if isinstance(bad_line, str) else json.dumps(bad_line)
+    path.write_text(f"{good}\n\n{bad}\n", encoding="utf-8")
+    monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
+    with pytest.raises(ValueError) as err:
+        jsonl.read_problems("aime2024")
+    assert f"{path}:3" in str(err.value) and needle in str(err.value)
+    assert jsonl.read_problems("aime2024", limit=1) == [json.loads(good)]
+
+
+def test_import_is_lightweight():
+    code = ("import sys, prd_jax.data as d; d.read_problems('aime2024', limit=1); "
+            "bad = [m for m in ('tensorflow', 'seqio', 'tensorflow_datasets') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=120)
+
+
+# ---------------------------------------------------------------- TFDS builders
+
+
+@pytest.fixture(scope="module")
+def tfds_builders():
+    from prd_jax.data import tfds_builders
+    import tensorflow_datasets as tfds
+
+    tfds.display_progress_bar(False)
+    return tfds_builders
+
+
+@pytest.fixture(scope="module")
+def tfds_root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.fixture(scope="module")
+def built(tfds_builders, tfds_root):
+    return {name: tfds_builders.build(name, tfds_dir=tfds_root)
+            for name in ("gsm8k", "math500", "aime2024", "aime2025")}
+
+
+def _decode_rows(ds):
+    return [{k: v.decode("utf-8") for k, v in ex.items()} for ex in ds.as_numpy_iterator()]
+
+
+def test_tfds_counts(built):
+    counts = {name: {split: int(ds.cardinality()) for split, ds in splits.items()}
+              for name, splits in built.items()}
+    assert counts == {"gsm8k": {"train": 7473, "test": 1319}, "math500": {"test": 500},
+                      "aime2024": {"test": 30}, "aime2025": {"test": 30}}
+
+
+@pytest.mark.parametrize("name,split,jsonl_name", [
+    ("aime2024", "test", "aime2024"), ("aime2025", "test", "aime2025"),
+    ("math500", "test", "math500")])
+def test_tfds_rows_equal_jsonl(built, name, split, jsonl_name):
+    rows = _decode_rows(built[name][split])
+    want = [{k: r[k] for k in ("id", "problem", "answer")} for r in _lines(jsonl_name)]
+    assert rows == want  # same rows, same (file) order
+
+
+def test_tfds_gsm8k_known_rows(built):
+    first = _decode_rows(built["gsm8k"]["test"].take(1))[0]
+    line = _lines("gsm8k_test")[0]
+    assert first == {"id": line["id"], "problem": line["problem"], "answer": line["answer"]}
+    assert first["answer"] == "18"
+    train_first = _decode_rows(built["gsm8k"]["train"].take(1))[0]
+    assert train_first["id"] == "gsm8k-train-0"
+
+
+def test_tfds_prepare_is_idempotent(tfds_builders, tfds_root, built, tmp_path):
+    data_path = Path(tfds_root) / "prd_aime2024" / "1.0.0"
+    before = {p.name: p.stat().st_mtime_ns for p in data_path.iterdir()}
+    # An empty data dir proves the second call reuses the prepared data without reading JSONL.
+    again = tfds_builders.build("prd_aime2024", data_dir=str(tmp_path), tfds_dir=tfds_root)
+    assert int(again["test"].cardinality()) == 30
+    assert {p.name: p.stat().st_mtime_ns for p in data_path.iterdir()} == before
+
+
+def test_tfds_missing_manual_file(tfds_builders, tmp_path):
+    (tmp_path / "data" / "math").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as err:
+        tfds_builders.build("aime2025", data_dir=str(tmp_path / "data"),
+                            tfds_dir=str(tmp_path / "tfds"))
+    assert str(tmp_path / "data" / "math" / "aime2025.jsonl") in str(err.value)
+    assert "PRD_DATA_DIR" in str(err.value)
+    with pytest.raises(ValueError, match="allowed names"):
+        tfds_builders.builder_class("gsm8k_test")
+
+
+# ---------------------------------------------------------------- seqio vocabulary
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from prd_jax.model.loader import smollm2_gguf_path
+    from prd_jax.model.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(smollm2_gguf_path())
+
+
+@pytest.fixture(scope="module")
+def vocab(tokenizer):
+    from prd_jax.data.vocab import HFVocabulary
+
+    return HFVocabulary(tokenizer)
+
+
+def test_vocab_special_ids(vocab, tokenizer):
+    assert vocab.vocab_size == tokenizer.vocab_size == 49152
+    assert vocab.extra_ids == 0
+    assert (vocab.eos_id, vocab.bos_id, vocab.pad_id) == (2, 1, 2)
+    assert vocab.unk_id == tokenizer.unk_id
+
+
+@pytest.mark.parametrize("text", SAMPLE_STRINGS)
+def test_vocab_encode_decode_python(vocab, tokenizer, text):
+    ids = vocab.encode(text)
+    assert list(ids) == tokenizer.encode(text)
+    assert vocab.decode(ids) == text
+    # seqio's decode stops at the first EOS.
+    assert vocab.decode(list(ids) + [vocab.eos_id] + tokenizer.encode("tail")) == text
+
+
+def test_vocab_tf_matches_python(vocab, tokenizer):
+    import tensorflow as tf
+
+    for text in SAMPLE_STRINGS:
+        ids = vocab.encode_tf(tf.constant(text))
+        assert ids.dtype == tf.int32 and ids.shape.rank == 1
+        assert ids.numpy().tolist() == tokenizer.encode(text)
+        assert vocab.decode_tf(ids).numpy().decode("utf-8") == text
+    ragged = vocab.encode_tf(tf.constant(SAMPLE_STRINGS))
+    assert ragged.to_list() == [tokenizer.encode(t) for t in SAMPLE_STRINGS]
+    a, b = tokenizer.encode("x = 1"), tokenizer.encode("y ≠ 2")
+    batch = tf.constant([a + [vocab.eos_id] + b, b + [vocab.eos_id] + a], dtype=tf.int32)
+    assert [s.decode() for s in vocab.decode_tf(batch).numpy()] == ["x = 1", "y ≠ 2"]
+    ds = tf.data.Dataset.from_tensor_slices(SAMPLE_STRINGS).map(vocab.encode_tf)
+    assert [x.tolist() for x in ds.as_numpy_iterator()] == [tokenizer.encode(t)
+                                                          for t in SAMPLE_STRINGS]
+
+
+def test_vocab_equality(vocab, tokenizer):
+    from prd_jax.data.vocab import HFVocabulary
+
+    other = HFVocabulary(tokenizer)
+    assert other == vocab and hash(other) == hash(vocab)
+    assert vocab != object()
+
+
+# ---------------------------------------------------------------- seqio tasks
+
+
+@pytest.fixture(scope="module")
+def task_names(vocab, tfds_root, built):
+    from prd_jax.data import tasks
+
+    names = tasks.register_tasks(vocab, tfds_dir=tfds_root)
+    assert tasks.register_tasks(vocab, tfds_dir=tfds_root) == names  # idempotent
+    return names
+
+
+def test_task_names(task_names):
+    assert task_names == ["prd_gsm8k", "prd_math500", "prd_aime2024", "prd_aime2025"]
+
+
+def test_task_aime_targets_decode_to_answer(task_names, vocab):
+    import seqio
+
+    task = seqio.get_mixture_or_task("prd_aime2025")
+    assert task.num_input_examples("test") == 30
+    examples = list(task.get_dataset(sequence_length=None, split="test", shuffle=False)
+                    .as_numpy_iterator())
+    lines = _lines("aime2025")
+    assert len(examples) == 30
+    for ex, line in zip(examples, lines):
+        assert ex["id"].decode() == line["id"]
+        assert ex["targets"][-1] == vocab.eos_id
+        assert vocab.eos_id not in ex["targets"][:-1].tolist()
+        assert vocab.decode(ex["targets"]) == line["answer"]
+        assert ex["inputs"].tolist() == vocab.encode(line["problem"])  # no EOS on inputs
+        assert ex["targets_pretokenized"].decode() == line["answer"]
+
+
+def test_task_gsm8k_and_prompt_template(task_names, vocab, tfds_root):
+    import seqio
+
+    from prd_jax.data import tasks
+
+    ex = next(seqio.get_mixture_or_task("prd_gsm8k")
+              .get_dataset(sequence_length=None, split="test", shuffle=False)
+              .as_numpy_iterator())
+    assert vocab.decode(ex["targets"]) == "18" and ex["targets"][-1] == vocab.eos_id
+    try:
+        for template in ("Question: {problem}\nAnswer:", lambda p: f"Question: {p}\nAnswer:"):
+            tasks.register_tasks(vocab, tfds_dir=tfds_root, prompt_template=template)
+            ex = next(seqio.get_mixture_or_task("prd_aime2024")
+                      .get_dataset(sequence_length=None, split="test", shuffle=False)
+                      .as_numpy_iterator())
+            line = _lines("aime2024")[0]
+            prompt = f"Question: {line['problem']}\nAnswer:"
+            assert ex["inputs_pretokenized"].decode() == prompt
+            assert ex["inputs"].tolist() == vocab.encode(prompt)
+            assert vocab.decode(ex["targets"]) == line["answer"] == "204"
+    finally:
+        tasks.register_tasks(vocab, tfds_dir=tfds_root)

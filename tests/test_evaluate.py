@@ -1,0 +1,88 @@
+"""Eval harness: metrics by hand, config overrides, and an end-to-end SmolLM2 run on 3 GSM8K
+problems with resume."""
+
+import json
+import os
+
+import pytest
+
+from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.evaluate import build_spec, evaluate, markdown_table, summarize
+from prd_jax.operators.specs import PDR
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "smollm2_gsm8k.py")
+
+
+def row(pid, op, sample, correct, b_seq=10, b_total=20, parsed=True):
+    return {"problem_id": pid, "operator": op, "sample": sample, "correct": correct, "parsed": parsed,
+            "b_seq": b_seq, "b_total": b_total, "truncations": 0}
+
+
+def test_summary_metrics_hand_computed():
+    rows = [row("a", "op", 0, True), row("a", "op", 1, False), row("b", "op", 0, False, parsed=False),
+            row("b", "op", 1, False, b_seq=30, b_total=40),
+            {"problem_id": "c", "operator": "op", "sample": 0, "skipped": "too long"}]
+    (t,) = summarize(rows)
+    assert t["mean_at_k"] == pytest.approx(0.25)  # (0.5 + 0) / 2
+    assert t["pass_at_k"] == pytest.approx(0.5)
+    assert t["b_seq"] == pytest.approx(15.0) and t["b_total"] == pytest.approx(25.0)
+    assert (t["k"], t["parse_failures"], t["skipped"], t["problems"]) == (2, 1, 1, 2)
+    assert "| op | 2 | 2 | 0.250 | 0.500 | 15 | 25 | 1 | 0 | 1 |" in markdown_table([t])
+
+
+def test_build_spec_and_overrides_validate():
+    spec = build_spec({"type": "pdr", "schedule": [8, 4, 1], "k": 2})
+    assert isinstance(spec, PDR) and spec.schedule == (8, 4, 1)
+    with pytest.raises(ValueError, match="operator type 'bon'"):
+        build_spec({"type": "bon"})
+    with pytest.raises(ValueError, match="unknown fields \\['rounds'\\]"):
+        build_spec({"type": "long_cot", "rounds": 2})
+    config = apply_overrides(load_config(CONFIG), ["--config.num_problems=3", "--config.temperature=0"])
+    assert config.num_problems == 3 and config.temperature == 0.0
+    with pytest.raises(ValueError, match="no field 'num_problem'"):
+        apply_overrides(config, ["--config.num_problem=3"])
+    with pytest.raises(ValueError, match="expected int"):
+        apply_overrides(config, ["--config.num_problems=abc"])
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from prd_jax.model import load
+
+    return load("smollm2-135m")
+
+
+def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
+    config = load_config(CONFIG)
+    config.num_problems = 3
+    config.temperature = 0.0
+    config.batch_size = 4
+    config.operators = [
+        dict(type="long_cot", max_new_tokens=24),
+        dict(type="sr", rounds=1, max_new_tokens=16, candidate_max_tokens=16, truncation_head=4),
+        dict(type="pdr", schedule=(2, 1), distill="shared_topk", k=2, selector="random",
+             max_new_tokens=16, candidate_max_tokens=12, truncation_head=4, kappa=16),
+    ]
+    workdir = str(tmp_path / "eval")
+    table = evaluate(config, workdir, model=smollm2, progress=False)
+    with open(os.path.join(workdir, "results.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 9 and {r["problem_id"] for r in rows} == {"gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2"}
+    for r in rows:
+        assert r["b_total"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"])
+        assert r["b_seq"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"] if c["accepted"])
+        assert isinstance(r["correct"], bool)
+        if r["operator"].startswith(("sr", "long_cot")):
+            assert r["b_seq"] == r["b_total"]
+        else:  # pdr(2,1): 2 drafts + 1 refine, one draft on the accepted path
+            assert len(r["calls"]) == 3 and sum(c["accepted"] for c in r["calls"]) == 2
+            assert all(c["out_tokens"] <= 16 for c in r["calls"])
+            assert r["b_seq"] < r["b_total"]
+    assert os.path.getsize(os.path.join(workdir, "pareto.png")) > 10_000
+    with open(os.path.join(workdir, "summary.md")) as f:
+        assert "pdr(2-1,shared_topk,k=2,sel=random,budget=16)" in f.read()
+    # Rerun: every row is already there, nothing is recomputed or appended.
+    again = evaluate(config, workdir, model=smollm2, progress=False)
+    with open(os.path.join(workdir, "results.jsonl")) as f:
+        assert sum(1 for _ in f) == 9
+    assert again == table
