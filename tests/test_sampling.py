@@ -24,12 +24,17 @@ def sampler(tiny):
     return Sampler(tiny[0])
 
 
-def greedy_reference(cfg, params, prompt, n):
-    """Greedy decoding by re-running the full uncached forward each step."""
+def greedy_reference(cfg, params, prompt, n, width=32):
+    """Greedy decoding by re-running the full uncached forward each step.
+
+    The sequence is right-padded to a fixed width (causal: padding after position i
+    cannot change logits at i), so one compiled program serves every step.
+    """
+    fwd = jax.jit(lambda p, t: forward(cfg, p, t, jnp.arange(width)[None])[0])
     seq = list(prompt)
     for _ in range(n):
-        logits, _ = forward(cfg, params, jnp.array([seq]), jnp.arange(len(seq))[None])
-        seq.append(int(jnp.argmax(logits[0, -1])))
+        padded = jnp.array([seq + [0] * (width - len(seq))])
+        seq.append(int(jnp.argmax(fwd(params, padded)[0, len(seq) - 1])))
     return seq[len(prompt):]
 
 

@@ -82,3 +82,32 @@ def test_greedy_and_sampled_tokens_equal_across_meshes(tiny):
         b = multi(sharded, PROMPTS, jax.random.key(5), s)
         np.testing.assert_array_equal(a.tokens, b.tokens)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("name,count", [("smollm2-135m", 134_515_008), ("llama3.1-8b", 8_030_261_248),
+                                        ("qwen2.5-7b", 7_615_616_512), ("qwen3-8b", 8_190_735_360)])
+def test_named_config_parameter_counts(name, count):
+    """Param trees of the named configs have the published parameter counts."""
+    from prd_jax.model.decoder import param_shapes
+
+    cfg = get_model_config(name)
+    leaves = jax.tree.leaves(param_shapes(cfg))
+    assert sum(int(np.prod(x.shape)) for x in leaves) == count == cfg.num_params()
+
+
+def test_remat_and_bf16_compute(tiny):
+    cfg, params = tiny
+    tokens = jnp.array([[5, 17, 33, 2, 9, 100]])
+    positions = jnp.arange(6)[None]
+
+    def loss(p, c):
+        return jnp.mean(forward(c, p, tokens, positions)[0] ** 2)
+
+    g = jax.grad(loss)(params, cfg)
+    g_remat = jax.grad(loss)(params, cfg.replace(remat=True))
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_remat)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    ref = forward(cfg, params, tokens, positions)[0]
+    bf16 = forward(cfg.replace(dtype="bfloat16"), params, tokens, positions)[0]
+    assert bf16.dtype == jnp.float32  # logits are always fp32
+    assert float(jnp.max(jnp.abs(bf16 - ref))) < 0.1 * float(jnp.max(jnp.abs(ref)))

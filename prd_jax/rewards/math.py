@@ -21,7 +21,8 @@ Semantics chosen where LaTeX is ambiguous:
 
 * mixed numbers: an integer directly followed by a *proper* fraction
   (``2\\frac{1}{2}``, ``2 1/2``) is the mixed number 5/2, as in competition
-  math; ``2\\frac{3}{2}`` (improper) keeps its product meaning, 3.
+  math; ``2\\frac{3}{2}`` (improper fraction) keeps its product meaning, 3
+  (rewritten to ``2\\cdot\\frac{3}{2}``, as math_verify alone would read 3.5).
 * percent: ``50\\%`` equals both ``50`` and ``0.5``; the ``/100`` reading is
   only tried when exactly one side carries a percent sign.
 * ``x = 5`` equals ``5`` (a single-variable left-hand side is dropped).
@@ -32,7 +33,7 @@ the main thread, and even there a signal cannot interrupt a long C-level
 computation (e.g. the big-integer power in ``9^{9^{9^9}}``). So symbolic
 checks run in a small pool of persistent worker processes
 (``python -c <worker>``, JSON lines over pipes, math_verify timeouts disabled
-inside). The caller waits for the reply with ``select`` for ``timeout_s``
+inside). The caller waits for the reply with ``poll`` for ``timeout_s``
 seconds; on expiry the worker is SIGKILLed, a replacement is started in the
 background and the comparison counts as False. This works from any thread,
 never blocks on a stuck computation, and the worker's address space is capped
@@ -102,13 +103,33 @@ _ANSWER_RE = re.compile(
     r"final\s+answer\**\s*(?:is|:)|\bthe\s+answer\s+is|\banswer\**\s*:",
     re.IGNORECASE,
 )
-_GSM8K_RE = re.compile(r"^[ \t]*####[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
+_TOKEN_RE = re.compile(r"[^\s$\\{}]+")
+_MAX_PHRASE_CHARS = 2000
 _NUMBER_RE = re.compile(
     r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?:\.\d+)?)?(?![\w])"
 )
 
 
-def _boxed_content(text: str, start: int) -> str | None:
+def _brace_pairs(s: str) -> dict[int, int]:
+    """Map each balanced ``{`` index to its ``}`` (one linear pass)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+def _boxed_content(text: str, start: int, pairs: dict[int, int]) -> str | None:
     """Content of the ``\\boxed``/``\\fbox`` whose name ends at ``start``."""
     i, n = start, len(text)
     while i < n and text[i] in " \t":
@@ -116,12 +137,12 @@ def _boxed_content(text: str, start: int) -> str | None:
     if i >= n:
         return None
     if text[i] == "{":
-        j = _match_brace(text, i)
+        j = pairs.get(i, -1)
         if j < 0:
             return None
         content = text[i + 1:j].strip()
     else:  # ``\boxed 5`` / ``\boxed5``: one TeX token
-        m = re.match(r"[^\s$\\{}]+", text[i:])
+        m = _TOKEN_RE.match(text, i)
         if not m:
             return None
         content = m.group(0).rstrip(".,;")
@@ -130,9 +151,10 @@ def _boxed_content(text: str, start: int) -> str | None:
 
 def _answer_phrase(text: str) -> str | None:
     """Answer after the last "final answer is" / "the answer is" / "Answer:"."""
-    matches = list(_ANSWER_RE.finditer(text))
+    matches = list(_ANSWER_RE.finditer(text))[-16:]
     for m in reversed(matches):
-        rest = text[m.end():].split("\n", 1)[0]
+        nl = text.find("\n", m.end(), m.end() + _MAX_PHRASE_CHARS)
+        rest = text[m.end():nl if nl >= 0 else m.end() + _MAX_PHRASE_CHARS]
         rest = rest.lstrip(" \t*:").strip()
         if not rest:
             continue
@@ -165,14 +187,16 @@ def extract_answer(text: str, *, last_number_fallback: bool = True) -> str | Non
         if not isinstance(text, str) or not text:
             return None
         starts = [m.end() for m in _BOXED_RE.finditer(text)]
+        pairs = _brace_pairs(text) if starts else {}
         for start in reversed(starts):
-            content = _boxed_content(text, start)
+            content = _boxed_content(text, start, pairs)
             if content is not None:
                 return content
         ans = _answer_phrase(text)
         if ans:
             return ans
-        gsm = [m.group(1) for m in _GSM8K_RE.finditer(text) if m.group(1).strip()]
+        gsm = [m.group(1).strip() for m in _GSM8K_RE.finditer(text)]
+        gsm = [g for g in gsm if g]
         if gsm:
             return gsm[-1].strip()
         if last_number_fallback:
@@ -194,8 +218,7 @@ _UNITS_MULTI = (
     "miles?|mi|kg|mg|grams?|kilograms?|lbs?|pounds?|oz|ounces?|liters?|litres?|"
     "ml|gallons?|dollars?|cents?|usd|euros?|hours?|hrs?|minutes?|mins?|seconds?|"
     "secs?|days?|weeks?|months?|years?|units?|degrees?|deg|radians?|mph|kph|"
-    "km/h|m/s|sq\\.?\\s*units?|square\\s+units?|people|persons?|students?|"
-    "apples?|marbles?|times|ways|points?"
+    "km/h|m/s|sq\\.?\\s*units?|square\\s+units?"
 )
 _UNITS_SINGLE = "m|s|g|l|h|L"
 _UNIT_WORD_RE = re.compile(
@@ -206,6 +229,9 @@ _TRAILING_UNIT_RE = re.compile(
     rf"(?<=[\d}}).])\s*(?:(?:square|sq\.?|cubic|cu\.?)\s+)?(?:{_UNITS_MULTI})"
     r"(?:\s*\^\s*\{?\s*[23]\s*\}?|[²³])?\s*$",
     re.IGNORECASE,
+)
+_NUM_WORDS_RE = re.compile(
+    r"([+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?)(?:\s+[A-Za-z]{3,})+"
 )
 _UNIT_POWER_RE = re.compile(r"\s*(?:\^\s*(?:\{\s*[23]\s*\}|[23])|[²³])")
 _TEXT_CMD_RE = re.compile(
@@ -234,6 +260,7 @@ def _unwrap_text(s: str) -> str:
     """
     for _ in range(8):
         out: list[str] = []
+        tail = ""  # last non-blank characters emitted so far
         i = 0
         changed = False
         while True:
@@ -245,11 +272,14 @@ def _unwrap_text(s: str) -> str:
             if j < 0:
                 out.append(s[i:])
                 break
-            out.append(s[i:m.start()])
+            seg = s[i:m.start()]
+            out.append(seg)
+            if seg.strip():
+                tail = (tail + seg).rstrip()[-8:]
             inner = s[m.end():j]
             i = j + 1
             changed = True
-            prev = "".join(out).rstrip()
+            prev = tail
             if (prev and prev[-1] in "0123456789}).\\" or prev.endswith("\\pi")) and \
                     _UNIT_WORD_RE.fullmatch(inner.strip()):
                 pw = _UNIT_POWER_RE.match(s, i)
@@ -257,6 +287,8 @@ def _unwrap_text(s: str) -> str:
                     i = pw.end()
                 continue
             out.append(inner)
+            if inner.strip():
+                tail = (tail + inner).rstrip()[-8:]
         s = "".join(out)
         if not changed:
             break
@@ -267,22 +299,27 @@ def _normalize(s: str) -> tuple[str, bool]:
     """Normalise ``s``; returns ``(normalised, had_percent_sign)``."""
     if not isinstance(s, str):
         return "", False
-    s = s.replace("\u2212", "-").replace("\u00a0", " ").replace("\u2009", " ").strip()
+    s = s.replace("\u2212", "-")
+    s = re.sub(r"\s+", " ", s).strip()  # single spaces keep later regexes linear
     for a, b in (("\\(", "\\)"), ("\\[", "\\]")):
         if s.startswith(a) and s.endswith(b) and len(s) >= 4:
             s = s[2:-2].strip()
-    s = s.replace("\\$", " ").replace("$", " ")
+    s = re.sub(r"\s+", " ", s.replace("\\$", " ").replace("$", " "))
     s = _unwrap_text(s)
     s = re.sub(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])", "", s)
     s = re.sub(r"\\displaystyle(?![a-zA-Z])", "", s)
     s = _SPACING_RE.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s)
-    s = s.replace("~", " ")
+    s = re.sub(r"\s+", " ", s.replace("~", " "))
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
     s = _DEGREE_RE.sub(" ", s)
     percent = bool(re.search(r"%", s))
     s = s.replace("\\%", " ").replace("%", " ")
-    s = re.sub(r"\s+(?:or|and)\s+", ",", s.strip())
+    s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r" (?:or|and) ", ",", s)
     s = s.strip().rstrip(".").strip()
+    m = _NUM_WORDS_RE.fullmatch(s)
+    if m:  # "12 students" -> "12"
+        s = m.group(1)
     for _ in range(3):
         new = _TRAILING_UNIT_RE.sub("", s).strip()
         if new == s or not new:
@@ -308,9 +345,11 @@ def _normalize(s: str) -> tuple[str, bool]:
     m = _MIXED_RE.fullmatch(s)
     if m:
         whole, num, den = int(m.group(2)), int(m.group(3)), int(m.group(4))
-        if 0 < num < den:
-            sign = "-" if m.group(1) == "-" else ""
+        sign = "-" if m.group(1) == "-" else ""
+        if 0 < num < den:  # mixed number
             s = f"{sign}\\frac{{{whole * den + num}}}{{{den}}}"
+        else:  # improper fraction: a product, made explicit for math_verify
+            s = f"{sign}{whole}\\cdot\\frac{{{num}}}{{{den}}}"
     return s, percent
 
 
@@ -341,7 +380,7 @@ _SLASH_RE = re.compile(rf"({_DEC})/({_DEC})")
 _FRAC_RE = re.compile(rf"([+-]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
 _MC_RE = re.compile(r"\(([A-Ja-j])\)|([A-J])\)?|\[([A-J])\]")
 _MC_PREFIX_RE = re.compile(r"\(([A-J])\)")
-_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'\-]{2,}")
+_WORD_RE = re.compile(r"[A-Za-z]{3,}")
 _REL_TOL = 1e-6
 _MAX_NUM_CHARS = 400
 
@@ -446,6 +485,7 @@ _STARTUP_TIMEOUT_S = 60.0
 _WORKER_MEM_BYTES = 4 << 30
 _MAX_IDLE_WORKERS = 8
 _MAX_SYMBOLIC_CHARS = 1000
+_MAX_ANSWER_CHARS = 20_000
 
 
 class _WorkerUnavailable(Exception):
@@ -456,8 +496,8 @@ class _Worker:
     """One persistent ``math_verify`` worker process (JSON lines over pipes)."""
 
     def __init__(self) -> None:
-        if os.name != "posix" or not sys.executable:
-            raise _WorkerUnavailable("needs POSIX and sys.executable")
+        if os.name != "posix" or not hasattr(select, "poll") or not sys.executable:
+            raise _WorkerUnavailable("needs POSIX poll() and sys.executable")
         self.owner_pid = os.getpid()
         try:
             self.proc = subprocess.Popen(
@@ -477,8 +517,9 @@ class _Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            r, _, _ = select.select([fd], [], [], remaining)
-            if not r:
+            poller = select.poll()  # not select(): no FD_SETSIZE limit
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not poller.poll(max(1, int(remaining * 1000))):
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -646,6 +687,8 @@ def _symbolic_equal(gold: str, pred: str, timeout_s: float | None) -> bool:
 
 
 def _is_equivalent(pred: str, gold: str, timeout_s: float | None) -> bool:
+    if len(pred) > _MAX_ANSWER_CHARS or len(gold) > _MAX_ANSWER_CHARS:
+        return False  # no real answer is this long; keeps the cost bounded
     p, p_pct = _normalize(pred)
     g, g_pct = _normalize(gold)
     if not p or not g:

@@ -1,0 +1,11 @@
+"""Reward functions (verifiable rewards for PDR / V1)."""
+
+from prd_jax.rewards.math import (
+    extract_answer,
+    grade,
+    grade_detailed,
+    is_equivalent,
+    normalize_answer,
+)
+
+__all__ = ["extract_answer", "grade", "grade_detailed", "is_equivalent", "normalize_answer"]
