@@ -73,25 +73,9 @@ __all__ = [
 
 
 def _match_brace(s: str, open_idx: int) -> int:
-    """Index of the ``}`` closing the ``{`` at ``open_idx``, or -1.
-
-    Escaped characters (``\\{``, ``\\}``, ``\\\\``) are skipped.
-    """
-    depth = 0
-    i, n = open_idx, len(s)
-    while i < n:
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
+    """Index of the ``}`` closing the ``{`` at ``open_idx``, or -1 (escapes skipped)."""
+    close = _brace_pairs(s[open_idx:]).get(0)
+    return -1 if close is None else open_idx + close
 
 
 # --------------------------------------------------------------------------
