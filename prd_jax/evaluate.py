@@ -15,6 +15,7 @@ import os
 from typing import Iterable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
@@ -170,9 +171,11 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
                         out.write(json.dumps({"problem_id": chunk[j]["id"], "operator": spec.label,
                                               "sample": sample, "skipped": reason}) + "\n")
                     if kept:
-                        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), op_index),
-                                                 start * 1000 + sample)
-                        res = run_operator(lm, _pad_batch(probs, batch), key, spec, ctx)
+                        # One key per (operator, problem, sample): results do not depend on batching.
+                        op_key = jax.random.fold_in(jax.random.key(config.seed), op_index)
+                        keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
+                        keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
+                        res = run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx)
                         for i, j in enumerate(kept):
                             if j not in todo:
                                 continue
@@ -200,8 +203,6 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
 
 def _pad_batch(problems, batch: int):
     """Pad a Problems batch to `batch` rows (the padding rows are ignored), so shapes repeat."""
-    import jax.numpy as jnp
-
     n = problems.tokens.shape[0]
     if n == batch:
         return problems

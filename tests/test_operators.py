@@ -225,3 +225,17 @@ def test_pdr_all_ones_schedule_equals_sr_on_tiny_model():
     np.testing.assert_array_equal(sr_res.final_tokens, pdr_res.final_tokens)
     np.testing.assert_array_equal(sr_res.b_seq, pdr_res.b_seq)
     np.testing.assert_array_equal(pdr_res.b_seq, pdr_res.b_total)
+
+
+def test_problem_result_does_not_depend_on_its_batch():
+    cfg = get_model_config("tiny", max_position=2048)
+    lm = ModelLM(init_params(cfg, jax.random.key(0)), cfg, 0)
+    ctx = make_context(TOK, Sampling(temperature=1.0), kappa=8, k_max=2)
+    spec = PDR((3, 2, 1), "per_sample_topk", 2, "random", 8, 10, 8, 3)
+    both = encode_problems(TOK, ["1+1=?", "3*4=?"], ["2", "12"], 32, width=16)[0]
+    alone = encode_problems(TOK, ["3*4=?"], ["12"], 32, width=16)[0]
+    keys = jax.random.split(jax.random.key(9), 2)
+    a = run_operator(lm, both, keys, spec, ctx)
+    b = run_operator(lm, alone, keys[1:], spec, ctx)
+    np.testing.assert_array_equal(a.final_tokens[1], b.final_tokens[0])
+    assert int(a.b_total[1]) == int(b.b_total[0]) and int(a.b_seq[1]) == int(b.b_seq[0])

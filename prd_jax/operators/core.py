@@ -1,4 +1,7 @@
-"""Long-CoT, SR and PDR as pure functions `(lm, problems, key, spec, ctx) -> OperatorResult`.
+"""Long-CoT, SR and PDR as pure functions `(lm, problems, keys, spec, ctx) -> OperatorResult`.
+
+`keys` holds one PRNG key per problem, so each problem's result is independent of the
+batch it runs in (use `run`, which also accepts one key and splits it).
 
 PDR (arXiv 2510.01123 §3.2): round 1 drafts M_1 solutions with the sampler's
 prefill-once fan-out; each later round distils the previous round's outputs into a
@@ -90,11 +93,23 @@ def _fill(tpl, rows: int, fills: dict) -> list:
     return segs
 
 
-def _call(lm, segments, key, ctx: Context, max_new: int, num_samples: int):
-    """One batched model call; returns (tokens [R*M, N], lengths, in_tokens [R*M], overflow [R])."""
+def _fold(keys: Array, tag: int) -> Array:
+    """Per-row keys `[R]` with `tag` folded in (one key per problem keeps rows batch-independent)."""
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, tag)
+
+
+def _per_sample(keys: Array, m: int) -> Array:
+    """Keys `[B]` -> `[B*m]`: row (b, j) gets `fold_in(keys[b], j)`."""
+    return jax.vmap(lambda k: jax.vmap(lambda j: jax.random.fold_in(k, j))(jnp.arange(m)))(keys).reshape(-1)
+
+
+def _call(lm, segments, keys, ctx: Context, max_new: int, num_samples: int):
+    """One batched model call with one key per prompt row.
+
+    Returns (tokens [R*M, N], lengths, in_tokens [R*M], overflow [R]).
+    """
     capacity = sum(s[0].shape[1] for s in segments)
     prompts, plen, overflow = assemble(segments, capacity, ctx.pad_id)
-    keys = jax.random.split(key, prompts.shape[0])
     out = lm.generate(prompts, plen, keys, _scfg(ctx, max_new, num_samples))
     return out.tokens, out.lengths, jnp.repeat(plen, num_samples), overflow
 
@@ -128,7 +143,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
     segs = _fill(ctx.templates["solve"], b, {"problem": [(problems.tokens, problems.lengths)]})
-    tok, length, in_tok, overflow = _call(lm, segs, jax.random.fold_in(key, 1), ctx, spec.max_new_tokens, 1)
+    tok, length, in_tok, overflow = _call(lm, segs, _fold(key, 1), ctx, spec.max_new_tokens, 1)
     calls = CallLog.from_groups([group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")])
     empty = jnp.zeros((b, 1), jnp.int32)
     return OperatorResult(tok, length, calls, empty, jnp.zeros((b,), jnp.int32), overflow.astype(jnp.int32),
@@ -143,7 +158,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     b = problems.tokens.shape[0]
     problem = [(problems.tokens, problems.lengths)]
     segs = _fill(ctx.templates["solve"], b, {"problem": problem})
-    tok, length, in_tok, overflow = _call(lm, segs, jax.random.fold_in(key, 1), ctx, spec.max_new_tokens, 1)
+    tok, length, in_tok, overflow = _call(lm, segs, _fold(key, 1), ctx, spec.max_new_tokens, 1)
     groups = [group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
@@ -151,7 +166,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     for r in range(2, spec.rounds + 2):
         workspace, cut = _single(tok, length, spec)
         segs = _fill(refine, b, {"problem": problem, "previous": [workspace]})
-        tok, length, in_tok, overflow = _call(lm, segs, jax.random.fold_in(key, r), ctx, spec.max_new_tokens, 1)
+        tok, length, in_tok, overflow = _call(lm, segs, _fold(key, r), ctx, spec.max_new_tokens, 1)
         groups.append(group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
         rounds_t.append(tok[:, None])
@@ -195,7 +210,7 @@ def select(lm, problems, cand_tok, cand_len, key, spec: PDR, ctx: Context):
     b, m, _ = cand_tok.shape
     tie_break = -jnp.arange(m)[None, :] * 1e-6  # equal scores: lower index first
     if spec.selector == "random":
-        return jax.random.uniform(key, (b, m)), jnp.ones((b, m), bool), None
+        return jax.vmap(lambda k: jax.random.uniform(k, (m,)))(key), jnp.ones((b, m), bool), None
     if spec.selector == "self_pointwise":
         rating, in_tok = _pointwise_scores(lm, problems, cand_tok, cand_len, ctx, spec)
         return rating + tie_break, jnp.ones((b, m), bool), (in_tok, jnp.ones_like(in_tok))
@@ -219,7 +234,7 @@ def _distill_indices(scores, admitted, key, spec: PDR, m_prev: int, m_next: int)
         rest = jnp.argsort(-others, axis=2)[:, :, :k - 1]
         idx = jnp.concatenate([own[:, :, None], rest], axis=2)
     else:  # random_k: each refine call draws its own k distinct candidates
-        noise = jax.random.uniform(key, (b, m_next, m_prev))
+        noise = jax.vmap(lambda k: jax.random.uniform(k, (m_next, m_prev)))(key)
         idx = jnp.argsort(noise, axis=2)[:, :, :k]
     adm = jnp.take_along_axis(jnp.broadcast_to(admitted[:, None, :], (b, m_next, m_prev)), idx, axis=2)
     return idx, adm, idx[:, :, 0]
@@ -231,7 +246,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     problem = [(problems.tokens, problems.lengths)]
     sched = spec.schedule
     segs = _fill(ctx.templates["solve"], b, {"problem": problem})
-    tok, length, in_tok, overflow = _call(lm, segs, jax.random.fold_in(key, 1), ctx, spec.max_new_tokens, sched[0])
+    tok, length, in_tok, overflow = _call(lm, segs, _fold(key, 1), ctx, spec.max_new_tokens, sched[0])
     n = tok.shape[1]
     cand_t, cand_l = tok.reshape(b, sched[0], n), length.reshape(b, sched[0])
     gen = [(in_tok.reshape(b, sched[0]), cand_l, "draft")]
@@ -242,13 +257,13 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     workspace = None
     for r in range(2, len(sched) + 1):
         m_prev, m_next = sched[r - 2], sched[r - 1]
-        rkey = jax.random.fold_in(key, r)
+        rkey = _fold(key, r)
         if spec.distill == "global_summary":
             all_idx = jnp.broadcast_to(jnp.arange(m_prev)[None, :], (b, m_prev))
             cands, cut = _candidate_list(ctx.templates["distill_summary"], cand_t, cand_l, all_idx,
                                          jnp.ones((b, m_prev), bool), spec)
             segs = _fill(ctx.templates["distill_summary"], b, {"problem": problem, "candidates": cands})
-            s_tok, s_len, s_in, s_over = _call(lm, segs, jax.random.fold_in(rkey, 7), ctx, spec.kappa, 1)
+            s_tok, s_len, s_in, s_over = _call(lm, segs, _fold(rkey, 7), ctx, spec.kappa, 1)
             extra.append((r, "summary", s_in[:, None], s_len[:, None]))
             workspace_rows = [(s_tok, s_len)]
             segs = _fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": workspace_rows})
@@ -257,10 +272,10 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
             truncs = truncs + cut + s_over + over
             workspace = assemble(workspace_rows, workspace_rows[0][0].shape[1], ctx.pad_id)[:2]
         else:
-            scores, admitted, rating = select(lm, problems, cand_t, cand_l, jax.random.fold_in(rkey, 11), spec, ctx)
+            scores, admitted, rating = select(lm, problems, cand_t, cand_l, _fold(rkey, 11), spec, ctx)
             if rating is not None:
                 extra.append((r - 1, "rating", rating[0], rating[1]))
-            idx, adm, parent = _distill_indices(scores, admitted, jax.random.fold_in(rkey, 13), spec, m_prev, m_next)
+            idx, adm, parent = _distill_indices(scores, admitted, _fold(rkey, 13), spec, m_prev, m_next)
             shared = spec.distill == "shared_topk"
             rows = b if shared else b * m_next
             sel_idx = idx[:, 0] if shared else idx.reshape(b * m_next, spec.k)
@@ -284,7 +299,8 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
                 tok, length, in_tok, over = _call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
                 truncs = truncs + cut + over
             else:
-                tok, length, in_tok, over = _call(lm, segs, rkey, ctx, spec.max_new_tokens, 1)
+                tok, length, in_tok, over = _call(lm, segs, _per_sample(rkey, m_next), ctx,
+                                                  spec.max_new_tokens, 1)
                 truncs = truncs + (cut + over).reshape(b, m_next).sum(axis=1)
                 ws_t, ws_l = ws_t.reshape(b, m_next, -1)[:, 0], ws_l.reshape(b, m_next)[:, 0]
             workspace = (ws_t, ws_l)
@@ -316,7 +332,14 @@ OPERATORS = {LongCoT: long_cot, SR: sr, PDR: pdr}
 
 
 def run(lm, problems: Problems, key: Array, spec, ctx: Context) -> OperatorResult:
-    """Dispatch on the spec's type (the eval harness and RL rollouts both call this)."""
+    """Dispatch on the spec's type (the eval harness and RL rollouts both call this).
+
+    `key` is one key per problem `[B]` (a problem's result then does not depend on the
+    rest of the batch) or a single key, split into B.
+    """
+    b = problems.tokens.shape[0]
+    if key.shape != (b,):
+        key = jax.random.split(key, b)
     if type(spec) not in OPERATORS:
         raise ValueError(f"unknown operator spec {type(spec).__name__}; allowed: {[t.__name__ for t in OPERATORS]}")
     return OPERATORS[type(spec)](lm, problems, key, spec, ctx)
