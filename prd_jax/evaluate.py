@@ -12,7 +12,7 @@ import collections
 import json
 import logging
 import os
-from typing import Iterable, Optional
+from typing import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -151,15 +151,18 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
     batch = config.batch_size
     total = len(specs) * config.k_samples * -(-len(rows) // batch)
     bar = tqdm(total=total, desc="eval", disable=not progress, dynamic_ncols=True)
+    chunks = []  # tokenized once, shared by every operator
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        chunks.append((start, chunk, *encode_problems(
+            tok, [r["problem"] for r in chunk], [r["answer"] for r in chunk], config.max_problem_tokens,
+            width=config.max_problem_tokens)))
     with open(results_path, "a") as out:
         for op_index, spec in enumerate(specs):
+            # candidate headers are needed for up to max(schedule) candidates (global summary)
             ctx = make_context(tok, sampling, grader=grader, kappa=getattr(spec, "kappa", None),
-                               k_max=max(getattr(spec, "k", 1), 16 if isinstance(spec, PDR) else 1))
-            for start in range(0, len(rows), batch):
-                chunk = rows[start:start + batch]
-                probs, kept, skipped = encode_problems(tok, [r["problem"] for r in chunk],
-                                                       [r["answer"] for r in chunk], config.max_problem_tokens,
-                                                       width=config.max_problem_tokens)
+                               k_max=max(spec.schedule) if isinstance(spec, PDR) else 1)
+            for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(config.k_samples):
                     bar.update(1)
                     todo = [j for j in range(len(chunk)) if (chunk[j]["id"], spec.label, sample) not in done]

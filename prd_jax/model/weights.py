@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Optional
 import jax
 import ml_dtypes
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 
 from prd_jax.mesh import tree_shardings
 from prd_jax.model.config import ModelConfig, RopeScaling
@@ -329,7 +329,3 @@ def load_params(cfg: ModelConfig, checkpoint, mesh: Optional[Mesh] = None):
 
     return jax.tree_util.tree_map_with_path(
         lambda path, thunk, spec, sh: place(thunk, spec, sh, path), getters, shapes, shardings)
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, PartitionSpec())

@@ -60,8 +60,3 @@ def assemble(segments: Sequence[Segment], capacity: int, pad_id: int = 0) -> tup
     out = jnp.full((toks.shape[0], capacity), pad_id, jnp.int32)
     out = out.at[rows, slot].set(toks.astype(jnp.int32), mode="drop")
     return out, kept.astype(jnp.int32), total > capacity
-
-
-def right_to_segment(tokens: Array, lengths: Array) -> Segment:
-    """Sampler outputs (right-padded, with lengths) are already segments."""
-    return tokens, lengths

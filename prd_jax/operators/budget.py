@@ -8,7 +8,6 @@ proxy); B_total sums over all calls (compute proxy).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import List
 
 import flax

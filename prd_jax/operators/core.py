@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax.operators.assembly import assemble, literal, truncate_head_tail
-from prd_jax.operators.budget import CallGroup, CallLog, group, one_hot_accepted
+from prd_jax.operators.budget import CallLog, group, one_hot_accepted
 from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
 from prd_jax.sampling import SamplingConfig
 

@@ -5,7 +5,6 @@ Strings exist only here: problems are tokenized once, completions decoded once.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Optional, Sequence
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from prd_jax.operators import prompts as P
 from prd_jax.operators.core import Context, OperatorResult, Problems, run
-from prd_jax.operators.specs import PDR, Sampling
+from prd_jax.operators.specs import Sampling
 
 log = logging.getLogger(__name__)
 
