@@ -18,15 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
+from prd_jax.operators.specs import PDR, RSA, SR, BestOfN, LongCoT, Sampling
 
 log = logging.getLogger(__name__)
 
-OPERATOR_TYPES = {"long_cot": LongCoT, "sr": SR, "pdr": PDR}
+OPERATOR_TYPES = {"long_cot": LongCoT, "sr": SR, "pdr": PDR, "best_of_n": BestOfN, "rsa": RSA}
 
 
 def build_spec(entry: dict):
-    """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...}."""
+    """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...}.
+
+    Types: long_cot, sr, pdr, best_of_n, rsa; a `judge` field may be a dict of Judge fields.
+    """
     entry = dict(entry)
     kind = entry.pop("type", None)
     if kind not in OPERATOR_TYPES:
@@ -78,18 +81,20 @@ def summarize(rows: Iterable[dict]) -> list:
             "b_total": float(np.mean([r["b_total"] for r in all_rows])),
             "parse_failures": int(sum(not r["parsed"] for r in all_rows)),
             "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
+            "judge_unparsed": int(sum(r.get("judge_unparsed", 0) for r in all_rows)),
             "skipped": skipped[op],
         })
     return table
 
 
 def markdown_table(table: list) -> str:
-    head = "| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | no answer | truncations | skipped |"
-    lines = [head, "|" + "---|" * 10]
+    head = ("| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | no answer | truncations "
+            "| judge unparsed | skipped |")
+    lines = [head, "|" + "---|" * 11]
     for t in table:
         lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
                      f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | "
-                     f"{t['parse_failures']} | {t['truncations']} | {t['skipped']} |")
+                     f"{t['parse_failures']} | {t['truncations']} | {t['judge_unparsed']} | {t['skipped']} |")
     return "\n".join(lines)
 
 
@@ -117,9 +122,17 @@ def pareto_plot(table: list, path: str, title: str = "") -> None:
 
 
 def _calls_rows(calls, i: int) -> list:
-    return [{"in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
-            for a, b, c in zip(np.asarray(calls.in_tokens[i]), np.asarray(calls.out_tokens[i]),
-                               np.asarray(calls.accepted[i]))]
+    """The problem's calls; unused tournament slots (no tokens) are left out."""
+    return [{"name": name, "in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
+            for name, a, b, c in zip(calls.names, np.asarray(calls.in_tokens[i]), np.asarray(calls.out_tokens[i]),
+                                     np.asarray(calls.accepted[i])) if a or b]
+
+
+def _k_max(spec) -> int:
+    """Candidate headers a spec's prompts need: PDR's largest round (global summary), RSA's K."""
+    if isinstance(spec, PDR):
+        return max(spec.schedule)
+    return spec.subset if isinstance(spec, RSA) else 1
 
 
 def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list:
@@ -159,9 +172,7 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
             width=config.max_problem_tokens)))
     with open(results_path, "a") as out:
         for op_index, spec in enumerate(specs):
-            # candidate headers are needed for up to max(schedule) candidates (global summary)
-            ctx = make_context(tok, sampling, grader=grader, kappa=getattr(spec, "kappa", None),
-                               k_max=max(spec.schedule) if isinstance(spec, PDR) else 1)
+            ctx = make_context(tok, sampling, grader=grader, kappa=getattr(spec, "kappa", None), k_max=_k_max(spec))
             for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(config.k_samples):
                     bar.update(1)
@@ -190,6 +201,7 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
                                 "answer": g["answer"], "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
                                 "b_seq": int(res.b_seq[i]), "b_total": int(res.b_total[i]),
                                 "truncations": int(res.truncations[i]),
+                                "judge_unparsed": int(res.judge_unparsed[i]),
                                 "calls": _calls_rows(res.calls, i), "completion": text}) + "\n")
                     out.flush()
     bar.close()

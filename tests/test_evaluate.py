@@ -27,7 +27,7 @@ def test_summary_metrics_hand_computed():
     assert t["pass_at_k"] == pytest.approx(0.5)
     assert t["b_seq"] == pytest.approx(15.0) and t["b_total"] == pytest.approx(25.0)
     assert (t["k"], t["parse_failures"], t["skipped"], t["problems"]) == (2, 1, 1, 2)
-    assert "| op | 2 | 2 | 0.250 | 0.500 | 15 | 25 | 1 | 0 | 1 |" in markdown_table([t])
+    assert "| op | 2 | 2 | 0.250 | 0.500 | 15 | 25 | 1 | 0 | 0 | 1 |" in markdown_table([t])
 
 
 def test_build_spec_and_overrides_validate():
@@ -62,18 +62,26 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
         dict(type="sr", rounds=1, max_new_tokens=16, candidate_max_tokens=16, truncation_head=4),
         dict(type="pdr", schedule=(2, 1), distill="shared_topk", k=2, selector="random",
              max_new_tokens=16, candidate_max_tokens=12, truncation_head=4, kappa=16),
+        dict(type="best_of_n", n=4, selector="pairwise_v1", max_new_tokens=16, candidate_max_tokens=12,
+             truncation_head=4, judge=dict(max_new_tokens=8, budget_multiple=1)),
     ]
     workdir = str(tmp_path / "eval")
     table = evaluate(config, workdir, model=smollm2, progress=False)
     with open(os.path.join(workdir, "results.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    assert len(rows) == 9 and {r["problem_id"] for r in rows} == {"gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2"}
+    assert len(rows) == 12 and {r["problem_id"] for r in rows} == {"gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2"}
     for r in rows:
         assert r["b_total"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"])
         assert r["b_seq"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"] if c["accepted"])
         assert isinstance(r["correct"], bool)
         if r["operator"].startswith(("sr", "long_cot")):
             assert r["b_seq"] == r["b_total"]
+        elif r["operator"].startswith("best_of_n"):  # 4 drafts + a Swiss tournament of <= 4 judge calls
+            judge = [c for c in r["calls"] if c["name"] == "judge"]
+            assert [c["name"] for c in r["calls"]][:4] == ["draft"] * 4 and 2 <= len(judge) <= 4
+            assert sum(c["accepted"] for c in r["calls"][:4]) == 1
+            assert all(c["out_tokens"] <= 8 + 40 for c in judge)  # reasoning + forced tags and ratings
+            assert 0 <= r["judge_unparsed"] <= len(judge)
         else:  # pdr(2,1): 2 drafts + 1 refine, one draft on the accepted path
             assert len(r["calls"]) == 3 and sum(c["accepted"] for c in r["calls"]) == 2
             assert all(c["out_tokens"] <= 16 for c in r["calls"])
@@ -84,5 +92,5 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
     # Rerun: every row is already there, nothing is recomputed or appended.
     again = evaluate(config, workdir, model=smollm2, progress=False)
     with open(os.path.join(workdir, "results.jsonl")) as f:
-        assert sum(1 for _ in f) == 9
+        assert sum(1 for _ in f) == 12
     assert again == table

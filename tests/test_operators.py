@@ -143,7 +143,9 @@ def test_pdr_global_summary_budget():
 
 def test_pdr_self_pointwise_counts_rating_calls():
     res, b_seq, b_total = run(pdr_spec("shared_topk", "self_pointwise"))
-    judge = literal_len(P.POINTWISE_JUDGE) + LP + CAND + 1  # in + one rating token
+    # no judge reasoning: the forced "\n<rating>" plus one rating token ("1": uniform logits
+    # make P(1) = (1/9)(1 - 1/256) the largest) are the judge's output tokens
+    judge = literal_len(P.POINTWISE_MATH) + LP + CAND + len("\n<rating>") + 1
     draft, refine = SOLVE_IN + N, topk_in(2) + N
     assert b_total == 4 * draft + 2 * refine + refine + (4 + 2) * judge
     assert b_seq == draft + refine + refine + 2 * judge

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Optional
 
-SLOTS = ("problem", "previous", "candidates", "summary", "candidate")
+SLOTS = ("problem", "previous", "candidates", "summary", "candidate", "candidate_a", "candidate_b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,10 +58,46 @@ DISTILL_SUMMARY = Template("distill_summary", (
     "intermediate results, open subgoals, and every final answer seen with how many attempts "
     "reached it. Do not solve the problem yourself.\n\nProblem:\n{problem}\n\n{candidates}"))
 
-POINTWISE_JUDGE = Template("pointwise_judge", (
-    "Here is a problem and a proposed solution. Judge whether the solution's final answer is "
-    "correct. Reply with a single digit from 1 (certainly wrong) to 9 (certainly correct).\n\n"
-    "Problem:\n{problem}\n\nProposed solution:\n{candidate}"), assistant_prefix="Rating: ")
+# Judges (V1 paper, arXiv 2603.04304 §3): reason first, then close with rating tags. If the
+# tags are missing at the reasoning budget, the judge forces "<rating_A>" (etc.) and reads
+# the rating from the next-token distribution over "1".."10" (see operators/judges.py).
+_MATH_CRITERION = ("Judge only whether the final answer is correct; check the key steps that "
+                   "lead to it. Presentation does not matter.")
+_CODE_CRITERION = ("Judge whether the program is correct on all valid inputs, including edge "
+                   "cases and the stated limits.")
+_CODE_PAIR_CRITERION = _CODE_CRITERION + " If both are correct, rate the more robust one higher."
+
+
+def _pairwise(name: str, criterion: str, noun: str) -> Template:
+    return Template(name, (
+        f"Here is a problem and two proposed {noun}s, A and B. They are unverified. "
+        f"{criterion} Reason briefly, then rate each {noun} from 1 (certainly wrong) to 10 "
+        "(certainly correct), ending with exactly <rating_A>n</rating_A> <rating_B>n</rating_B>."
+        f"\n\nProblem:\n{{problem}}\n\n### {noun.capitalize()} A\n{{candidate_a}}\n\n"
+        f"### {noun.capitalize()} B\n{{candidate_b}}"))
+
+
+def _pointwise(name: str, criterion: str, noun: str) -> Template:
+    return Template(name, (
+        f"Here is a problem and a proposed {noun}. It is unverified. {criterion} Reason "
+        f"briefly, then rate the {noun} from 1 (certainly wrong) to 10 (certainly correct), "
+        f"ending with exactly <rating>n</rating>.\n\nProblem:\n{{problem}}\n\n"
+        f"Proposed {noun}:\n{{candidate}}"))
+
+
+PAIRWISE_MATH = _pairwise("pairwise_math", _MATH_CRITERION, "solution")
+PAIRWISE_CODE = _pairwise("pairwise_code", _CODE_PAIR_CRITERION, "program")
+POINTWISE_MATH = _pointwise("pointwise_math", _MATH_CRITERION, "solution")
+POINTWISE_CODE = _pointwise("pointwise_code", _CODE_CRITERION, "program")
+
+RSA_AGGREGATE = Template("rsa_aggregate", (
+    "Here is a problem and several candidate solutions. Some or all of them may be wrong. "
+    "Combine the useful ideas and correct steps into one better solution; if all of them are "
+    "wrong, try a new strategy. Write a complete solution and put your final answer in "
+    "\\boxed{{}}.\n\nProblem:\n{problem}\n\n{candidates}"))
+
+DEFAULT_TEMPLATES = (SOLVE, SR_REFINE, SR_ERROR_ANALYSIS, PDR_TOPK, PDR_SUMMARY, DISTILL_SUMMARY,
+                     PAIRWISE_MATH, PAIRWISE_CODE, POINTWISE_MATH, POINTWISE_CODE, RSA_AGGREGATE)
 
 CANDIDATE_HEADER = "### Candidate {index} (unverified)\n"
 CANDIDATE_FOOTER = "\n\n"

@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax.operators import prompts as P
-from prd_jax.operators.core import Context, OperatorResult, Problems, run
+from prd_jax.operators.core import OPERATORS, Context, OperatorResult, Problems
+from prd_jax.operators.judges import RatingParser, RatingTokens
+from prd_jax.operators.population import POPULATION_OPERATORS
 from prd_jax.operators.specs import Sampling
 
 log = logging.getLogger(__name__)
@@ -22,17 +24,11 @@ log = logging.getLogger(__name__)
 def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
                  k_max: int = 16, templates: Optional[dict] = None) -> Context:
     """Compile the default (or given) templates for `tokenizer` into an operator Context."""
-    chosen = {t.name: t for t in (P.SOLVE, P.SR_REFINE, P.SR_ERROR_ANALYSIS, P.PDR_TOPK, P.PDR_SUMMARY,
-                                  P.DISTILL_SUMMARY, P.POINTWISE_JUDGE)}
+    chosen = {t.name: t for t in P.DEFAULT_TEMPLATES}
     chosen.update(templates or {})
     compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
-    digits = []
-    for d in "123456789":
-        ids = tokenizer.encode(d)
-        if len(ids) != 1:
-            raise ValueError(f"tokenizer encodes digit {d!r} as {ids}; the pointwise judge needs one token per digit")
-        digits.append(ids[0])
-    return Context(compiled, tuple(digits), sampling, tokenizer.pad_id, grader)
+    return Context(compiled, RatingTokens.from_tokenizer(tokenizer), sampling, tokenizer.pad_id, grader,
+                   RatingParser(tokenizer), AnswerGrouper(tokenizer))
 
 
 def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],
@@ -80,6 +76,45 @@ class MathGrader:
             gold = self.tokenizer.decode(at[:al].tolist())
             out.append(bool(grade(text, gold)))
         return np.asarray(out, bool)
+
+
+class AnswerGrouper:
+    """Host side of majority vote: id of the first candidate with the same extracted,
+    normalized final answer `[B, N]` (-1: no answer)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, cand_tok, cand_len):
+        from prd_jax.rewards.math import extract_answer, normalize_answer
+
+        cand_tok, cand_len = np.asarray(cand_tok), np.asarray(cand_len)
+        out = np.full(cand_len.shape, -1, np.int32)
+        for b in range(cand_len.shape[0]):
+            first = {}
+            for i in range(cand_len.shape[1]):
+                answer = extract_answer(self.tokenizer.decode(cand_tok[b, i, :cand_len[b, i]].tolist()))
+                if answer is not None:
+                    out[b, i] = first.setdefault(normalize_answer(answer), i)
+        return out
+
+
+ALL_OPERATORS = {**OPERATORS, **POPULATION_OPERATORS}
+
+
+def run(lm, problems: Problems, key, spec, ctx: Context) -> OperatorResult:
+    """Dispatch on the spec's type (the eval harness and RL rollouts both call this).
+
+    `key` is one key per problem `[B]` (a problem's result then does not depend on the
+    rest of the batch) or a single key, split into B.
+    """
+    b = problems.tokens.shape[0]
+    if key.shape != (b,):
+        key = jax.random.split(key, b)
+    if type(spec) not in ALL_OPERATORS:
+        raise ValueError(f"unknown operator spec {type(spec).__name__}; "
+                         f"allowed: {[t.__name__ for t in ALL_OPERATORS]}")
+    return ALL_OPERATORS[type(spec)](lm, problems, key, spec, ctx)
 
 
 _JITTED = jax.jit(run, static_argnames=("spec", "ctx"))

@@ -1,4 +1,7 @@
-"""Operator settings, validated at construction (PDR paper §3: Long-CoT, SR, PDR).
+"""Operator settings, validated at construction.
+
+Long-CoT, SR and PDR follow the PDR paper (arXiv 2510.01123 §3); `Judge`, `BestOfN` and
+`RSA` follow V1 (arXiv 2603.04304 §3-4; RSA is its recursive self-aggregation baseline).
 
 Specs are frozen dataclasses: hashable, so they are static arguments of the jitted
 operator programs. Each error names the field and says what is allowed.
@@ -10,7 +13,10 @@ import dataclasses
 from typing import Tuple
 
 DISTILL_VARIANTS = ("global_summary", "shared_topk", "per_sample_topk", "random_k")
-SELECTORS = ("self_pointwise", "random", "oracle_correct", "oracle_incorrect")
+SELECTORS = ("self_pointwise", "pairwise_v1", "random", "oracle_correct", "oracle_incorrect")
+BEST_OF_N_SELECTORS = ("pointwise", "pairwise_v1", "majority", "random", "round_robin")
+RSA_FINALS = ("first", "majority", "pairwise_v1")
+JUDGE_DOMAINS = ("math", "code")
 
 
 def _positive(obj, *fields):
@@ -27,6 +33,62 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0
     stop_ids: tuple = ()
+
+
+def _check_truncation(obj):
+    if not 0 <= obj.truncation_head <= obj.candidate_max_tokens:
+        raise ValueError(f"{type(obj).__name__}.truncation_head={obj.truncation_head}; "
+                         f"allowed: 0..candidate_max_tokens={obj.candidate_max_tokens}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Judge:
+    """Self-verification settings (V1 §3).
+
+    `max_new_tokens` is the judge's reasoning budget (0: no reasoning, the rating is read
+    at once from the forced tag). Pairwise tournaments spend B = `budget_multiple` * N
+    judge calls (V1 uses m in {1, 2, 3}); `both_orders` judges (A, B) and (B, A), two
+    calls per pair, against position bias. `d_min`, `window`, `tau` are Alg. 2-4's
+    d_min, h and tau.
+    """
+
+    domain: str = "math"
+    max_new_tokens: int = 0
+    budget_multiple: int = 1
+    both_orders: bool = False
+    d_min: int = 2
+    window: int = 8
+    tau: float = 0.1
+
+    def __post_init__(self):
+        if self.domain not in JUDGE_DOMAINS:
+            raise ValueError(f"Judge.domain={self.domain!r}; allowed: {JUDGE_DOMAINS}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"Judge.max_new_tokens={self.max_new_tokens}; must be >= 0")
+        _positive(self, "budget_multiple", "window")
+        if self.d_min < 0:
+            raise ValueError(f"Judge.d_min={self.d_min}; must be >= 0")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"Judge.tau={self.tau}; allowed: (0, 1]")
+
+    @property
+    def label(self) -> str:
+        orders = ",both_orders" if self.both_orders else ""
+        return f"{self.domain},m={self.budget_multiple},think={self.max_new_tokens}{orders}"
+
+
+def as_judge(value) -> Judge:
+    """A Judge from a Judge or a dict of its fields (configs give dicts)."""
+    if isinstance(value, Judge):
+        return value
+    if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
+        value = value.to_dict()
+    if isinstance(value, dict):
+        unknown = set(value) - set(Judge.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"judge: unknown fields {sorted(unknown)}; allowed: {sorted(Judge.__dataclass_fields__)}")
+        return Judge(**value)
+    raise ValueError(f"judge={value!r}; must be a Judge or a dict of its fields")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +117,7 @@ class SR:
 
     def __post_init__(self):
         _positive(self, "rounds", "max_new_tokens", "candidate_max_tokens")
-        if not 0 <= self.truncation_head <= self.candidate_max_tokens:
-            raise ValueError(f"SR.truncation_head={self.truncation_head}; allowed: 0..candidate_max_tokens")
+        _check_truncation(self)
 
     @property
     def label(self) -> str:
@@ -81,6 +142,7 @@ class PDR:
     candidate_max_tokens: int = 512
     truncation_head: int = 128
     refine_template: str = "topk"
+    judge: Judge = Judge()
 
     def __post_init__(self):
         object.__setattr__(self, "schedule", tuple(int(m) for m in self.schedule))
@@ -95,8 +157,8 @@ class PDR:
         if self.distill != "global_summary" and self.k > min(self.schedule[:-1]):
             raise ValueError(f"PDR.k={self.k} exceeds the smallest distilled round M="
                              f"{min(self.schedule[:-1])} of schedule {self.schedule}; need k <= M")
-        if not 0 <= self.truncation_head <= self.candidate_max_tokens:
-            raise ValueError(f"PDR.truncation_head={self.truncation_head}; allowed: 0..candidate_max_tokens")
+        _check_truncation(self)
+        object.__setattr__(self, "judge", as_judge(self.judge))
         if self.refine_template not in ("topk", "previous"):
             raise ValueError(f"PDR.refine_template={self.refine_template!r}; allowed: 'topk', 'previous'")
         if self.refine_template == "previous" and (self.k != 1 or self.distill == "global_summary"):
@@ -106,4 +168,78 @@ class PDR:
     def label(self) -> str:
         sched = "-".join(map(str, self.schedule))
         extra = f",kappa={self.kappa}" if self.distill == "global_summary" else f",k={self.k},sel={self.selector}"
+        if self.distill != "global_summary" and self.selector in ("self_pointwise", "pairwise_v1"):
+            extra += f"[{self.judge.label}]"
         return f"pdr({sched},{self.distill}{extra},budget={self.max_new_tokens})"
+
+
+@dataclasses.dataclass(frozen=True)
+class BestOfN:
+    """Draft N candidates in parallel and select one (V1 §3 and its baselines).
+
+    Selectors: `pointwise` (each candidate rated 1-10; ties to the lower index),
+    `pairwise_v1` (uncertainty-guided Swiss tournament, B = m*N calls), `random` (random
+    disjoint pairings at the same budget), `round_robin` (all C(N, 2) pairs) and
+    `majority` (most frequent extracted answer; no judge calls).
+    """
+
+    n: int = 16
+    selector: str = "pairwise_v1"
+    max_new_tokens: int = 512
+    candidate_max_tokens: int = 512
+    truncation_head: int = 128
+    judge: Judge = Judge()
+
+    def __post_init__(self):
+        _positive(self, "n", "max_new_tokens", "candidate_max_tokens")
+        if self.selector not in BEST_OF_N_SELECTORS:
+            raise ValueError(f"BestOfN.selector={self.selector!r}; allowed: {BEST_OF_N_SELECTORS}")
+        _check_truncation(self)
+        object.__setattr__(self, "judge", as_judge(self.judge))
+
+    @property
+    def label(self) -> str:
+        judged = "" if self.selector == "majority" else f"[{self.judge.label}]"
+        return f"best_of_n(n={self.n},sel={self.selector}{judged},budget={self.max_new_tokens})"
+
+
+@dataclasses.dataclass(frozen=True)
+class RSA:
+    """Recursive self-aggregation: a population of N, T loops, each new member aggregating
+    K members drawn at random (V1 §4 baseline). With `prune_every` = p > 0, before loops
+    p, 2p, ... a Swiss tournament ranks the population and only the top `keep` may be
+    drawn (V1's RSA + verification). `final`: member 0 ("first", an exchangeable random
+    member, as RSA reports mean accuracy), "majority", or a "pairwise_v1" tournament.
+    """
+
+    population: int = 8
+    subset: int = 2
+    loops: int = 2
+    max_new_tokens: int = 512
+    candidate_max_tokens: int = 512
+    truncation_head: int = 128
+    prune_every: int = 0
+    keep: int = 0
+    final: str = "first"
+    judge: Judge = Judge()
+
+    def __post_init__(self):
+        _positive(self, "population", "subset", "loops", "max_new_tokens", "candidate_max_tokens")
+        _check_truncation(self)
+        if self.subset > self.population:
+            raise ValueError(f"RSA.subset={self.subset} exceeds population={self.population}")
+        if self.prune_every < 0:
+            raise ValueError(f"RSA.prune_every={self.prune_every}; must be >= 0 (0: no pruning)")
+        if self.prune_every and not self.subset <= self.keep <= self.population:
+            raise ValueError(f"RSA.keep={self.keep}; with pruning it must lie in "
+                             f"subset..population = {self.subset}..{self.population}")
+        if self.final not in RSA_FINALS:
+            raise ValueError(f"RSA.final={self.final!r}; allowed: {RSA_FINALS}")
+        object.__setattr__(self, "judge", as_judge(self.judge))
+
+    @property
+    def label(self) -> str:
+        prune = f",prune={self.prune_every}/keep={self.keep}" if self.prune_every else ""
+        judged = f"[{self.judge.label}]" if self.prune_every or self.final == "pairwise_v1" else ""
+        return (f"rsa(N={self.population},K={self.subset},T={self.loops}{prune},final={self.final}"
+                f"{judged},budget={self.max_new_tokens})")

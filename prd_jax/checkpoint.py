@@ -1,0 +1,462 @@
+"""Training checkpoints (orbax), resume with fallback, preemption saves and exports.
+
+- `Checkpointer`: an orbax `CheckpointManager` over `workdir/checkpoints`. Each step
+  directory holds the train state pytree (`state/`, StandardSave) and a JSON `meta/`
+  (data position, metrics). `restore_latest` falls back to older steps when the newest
+  one is damaged, and moves the damaged ones aside to `workdir/checkpoints_corrupt/`.
+- Typed PRNG key arrays in the state are stored as `jax.random.key_data` (uint32) and
+  re-wrapped on restore from the key dtype in the abstract state; callers pass them as is.
+- `params_digest`: sha256 over a pytree, for bit-exact comparisons across runs.
+- `export_params` / `load_exported_params`: a params-only orbax checkpoint for eval.
+- `export_hf`: `model.safetensors` + `config.json` that transformers loads (the inverse
+  of `prd_jax.model.weights`).
+- `describe`: a summary of a run's workdir for `prd-jax inspect`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import ml_dtypes
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+from prd_jax.model.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_SUBDIR = "checkpoints"
+CORRUPT_SUBDIR = "checkpoints_corrupt"
+_DIGEST_KEY = "state_sha256"
+# SIGTERM's conventional exit status (128 + 15): schedulers read it as "terminated".
+PREEMPTED_EXIT_CODE = 143
+
+
+def _path(workdir) -> epath.Path:
+    workdir = os.fspath(workdir)
+    return epath.Path(workdir if "://" in workdir else os.path.abspath(workdir))
+
+
+def _handlers() -> dict:
+    return {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+
+
+# --------------------------------------------------------------------------- PRNG keys
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def encode_keys(tree):
+    """Replace typed PRNG key arrays by their raw uint32 `key_data` (storable by orbax)."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _key_impl(abstract_key):
+    impl = []
+    jax.eval_shape(lambda k: impl.append(jax.random.key_impl(k)), abstract_key)
+    return impl[0]
+
+
+def _encode_abstract(abstract_state):
+    def encode(x):
+        if not _is_key(x):
+            return x
+        data = jax.eval_shape(jax.random.key_data, x)
+        return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=getattr(x, "sharding", None))
+    return jax.tree.map(encode, abstract_state)
+
+
+def decode_keys(tree, abstract_state):
+    """Inverse of `encode_keys`: re-wrap key data where `abstract_state` has a key dtype."""
+    return jax.tree.map(
+        lambda x, a: jax.random.wrap_key_data(x, impl=_key_impl(a)) if _is_key(a) else x,
+        tree, abstract_state)
+
+
+def abstract_like(tree):
+    """`jax.ShapeDtypeStruct` (with sharding) for each array leaf: a `restore_latest` target."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+# --------------------------------------------------------------------------- digest
+
+def _host(x) -> np.ndarray:
+    if _is_key(x):
+        x = jax.random.key_data(x)
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.ascontiguousarray(np.asarray(x))
+
+
+def params_digest(params) -> str:
+    """sha256 hex digest of a pytree: each leaf's key path, dtype, shape and bytes, in
+    flattened key-path order. Equal trees give equal digests; any changed bit changes it."""
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        arr = _host(leaf)
+        h.update(f"{jax.tree_util.keystr(path)}|{arr.dtype}|{arr.shape}|{arr.nbytes}\n".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- meta JSON
+
+def _json_default(x):
+    if isinstance(x, (np.ndarray, np.generic, jax.Array)):
+        return np.asarray(x).tolist()
+    raise TypeError(f"checkpoint meta value of type {type(x).__name__} is not JSON-serialisable; "
+                    "allowed: dict/list/str/int/float/bool/None and numpy/jax scalars or arrays")
+
+
+def _jsonable(meta: Optional[dict]) -> dict:
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint meta must be a dict, got {type(meta).__name__}")
+    try:
+        return json.loads(json.dumps(meta, default=_json_default))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"checkpoint meta: {e}") from None
+
+
+# --------------------------------------------------------------------------- Checkpointer
+
+class Checkpointer:
+    """Periodic train-state checkpoints in `workdir/checkpoints`, newest `keep` kept.
+
+    `verify_digest=True` also stores `params_digest(state)` in the step metadata and checks
+    it on restore, which catches silent bit rot (costs one host copy of the state per save).
+    """
+
+    def __init__(self, workdir, *, save_every: int, keep: int, async_save: bool = True,
+                 verify_digest: bool = False):
+        if not isinstance(save_every, int) or save_every < 1:
+            raise ValueError(f"Checkpointer save_every={save_every!r}; allowed: integer >= 1")
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"Checkpointer keep={keep!r}; allowed: integer >= 1")
+        self.workdir = _path(workdir)
+        self.directory = self.workdir / CHECKPOINT_SUBDIR
+        self.save_every, self.keep, self.verify_digest = save_every, keep, verify_digest
+        options = ocp.CheckpointManagerOptions(
+            # Every `save_every` steps (and at a jax preemption sync point); unlike orbax's
+            # default, no extra save of the first step.
+            save_decision_policy=ocp.checkpoint_managers.AnySavePolicy([
+                ocp.checkpoint_managers.FixedIntervalPolicy(save_every),
+                ocp.checkpoint_managers.PreemptionCheckpointingPolicy()]),
+            preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
+            enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=True)  # unfinished saves of a killed run
+        self._mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
+        self._preempting = False
+
+    def all_steps(self) -> list[int]:
+        """Saved (finalized) steps, ascending."""
+        return list(self._mngr.all_steps())
+
+    def latest_step(self) -> Optional[int]:
+        """The newest saved step, or None."""
+        return self._mngr.latest_step()
+
+    def save(self, step: int, state, meta: Optional[dict] = None, force: bool = False) -> bool:
+        """Save `state` (a pytree of arrays) and JSON `meta` at `step` if `step % save_every
+        == 0` or `force`; returns whether a save started. Steps at or below the latest saved
+        step are skipped (steps are monotonic)."""
+        step = int(step)
+        latest = self._mngr.latest_step()
+        if latest is not None and step <= latest:
+            log.info("checkpoint: step %d not saved; step %d already exists", step, latest)
+            return False
+        state = encode_keys(state)
+        custom = {_DIGEST_KEY: params_digest(state)} if self.verify_digest else None
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                  meta=ocp.args.JsonSave(_jsonable(meta)))
+        return self._mngr.save(step, args=args, force=force, custom_metadata=custom)
+
+    def wait(self) -> None:
+        """Block until async saves (and old-step deletions) are finished."""
+        self._mngr.wait_until_finished()
+
+    def close(self) -> None:
+        """Finish pending saves and release the manager."""
+        self._mngr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def restore_step(self, step: int, abstract_state):
+        """`(state, meta)` of one step; raises if it is missing or damaged."""
+        args = ocp.args.Composite(state=ocp.args.StandardRestore(_encode_abstract(abstract_state)),
+                                  meta=ocp.args.JsonRestore())
+        out = self._mngr.restore(step, args=args)
+        if out.meta is None:
+            raise ValueError(f"checkpoint step {step}: meta JSON is missing")
+        if self.verify_digest:
+            expected = (self._mngr.metadata(step).custom_metadata or {}).get(_DIGEST_KEY)
+            if expected is None:
+                raise ValueError(f"checkpoint step {step}: no {_DIGEST_KEY} in its step metadata")
+            actual = params_digest(out.state)
+            if actual != expected:
+                raise ValueError(f"checkpoint step {step}: state sha256 {actual[:16]}... does not "
+                                 f"match the saved {expected[:16]}... (corrupt data)")
+        return decode_keys(out.state, abstract_state), dict(out.meta)
+
+    def restore_latest(self, abstract_state):
+        """`(step, state, meta)` of the newest step that restores, or None.
+
+        `abstract_state`: pytree of `jax.ShapeDtypeStruct` with `.sharding` (see
+        `abstract_like`); arrays are restored straight into those shardings. A step that
+        fails to restore is logged with its error and skipped; once an older step restores,
+        the newer damaged ones are moved to `workdir/checkpoints_corrupt/`.
+        """
+        self.wait()
+        self._mngr.reload()
+        failed = []
+        for step in sorted(self._mngr.all_steps(), reverse=True):
+            try:
+                state, meta = self.restore_step(step, abstract_state)
+            except Exception as e:  # orbax/tensorstore raise assorted types on damaged files
+                log.warning("checkpoint step %d in %s failed to restore (%s: %s); trying the previous step",
+                            step, self.directory, type(e).__name__, str(e).splitlines()[0][:500])
+                failed.append(step)
+                continue
+            for bad in failed:
+                self._quarantine(bad)
+            if failed:
+                self._mngr.reload()
+            log.info("checkpoint: restored step %d from %s", step, self.directory)
+            return step, state, meta
+        if failed:
+            log.error("checkpoint: none of steps %s in %s restores; starting without a checkpoint",
+                      failed, self.directory)
+        return None
+
+    def _quarantine(self, step: int) -> None:
+        if jax.process_index() == 0:
+            dest = self.workdir / CORRUPT_SUBDIR / f"{step}-{int(time.time())}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            (self.directory / str(step)).rename(dest)
+            log.warning("checkpoint step %d moved to %s (it failed to restore)", step, dest)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices(f"prd_jax_checkpoint_quarantine_{step}")
+
+    def install_preemption_handler(self, get_state: Callable[[], tuple], *,
+                                   exit_code: int = PREEMPTED_EXIT_CODE, signum: int = signal.SIGTERM):
+        """On `signum` (SIGTERM): save `get_state() -> (step, state, meta)`, wait for the
+        write, log "preempted ... saved step N" and exit with `exit_code`.
+
+        Python runs the handler in the main thread between bytecodes, i.e. after the
+        current jitted step returns. Multi-host runs must deliver the signal to every
+        process, and `get_state` must return the same step on all of them. Returns the
+        previous handler.
+        """
+        def handler(sig, frame):
+            if self._preempting:
+                return
+            self._preempting = True
+            step, state, meta = get_state()
+            log.warning("preempted by signal %d at step %d: saving a checkpoint", sig, step)
+            self.save(step, state, meta, force=True)
+            self.wait()
+            log.warning("preempted by signal %d: saved step %d to %s; exiting with code %d",
+                        sig, self.latest_step(), self.directory, exit_code)
+            self.close()
+            logging.shutdown()
+            sys.exit(exit_code)
+
+        return signal.signal(signum, handler)
+
+
+# --------------------------------------------------------------------------- params-only export
+
+def export_params(params, out_dir, *, overwrite: bool = False) -> str:
+    """Write `params` as a params-only orbax checkpoint at `out_dir`; returns the path."""
+    path = _path(out_dir)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(path, encode_keys(params), force=overwrite)
+        ckptr.wait_until_finished()
+    return os.fspath(path)
+
+
+def load_exported_params(out_dir, abstract_params=None):
+    """Params from `export_params`: into `abstract_params`' shardings, or as host numpy
+    arrays when `abstract_params` is None."""
+    path = _path(out_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"exported params directory {path} does not exist")
+    if abstract_params is None:
+        with ocp.StandardCheckpointer() as ckptr:
+            tree = ckptr.metadata(path).item_metadata.tree
+        return _restore_host(path, tree)
+    with ocp.StandardCheckpointer() as ckptr:
+        return decode_keys(ckptr.restore(path, _encode_abstract(abstract_params)), abstract_params)
+
+
+def _restore_host(path, tree_metadata, partial: bool = False):
+    """Restore the arrays named by `tree_metadata` (a subtree when `partial`) as numpy."""
+    item = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree_metadata)
+    restore_args = jax.tree.map(lambda m: ocp.RestoreArgs(restore_type=np.ndarray), tree_metadata)
+    with ocp.PyTreeCheckpointer() as ckptr:
+        return ckptr.restore(path, args=ocp.args.PyTreeRestore(
+            item=item, restore_args=restore_args, partial_restore=partial))
+
+
+# --------------------------------------------------------------------------- HF export
+
+_ST_NAMES = {np.dtype(np.float32): "F32", np.dtype(ml_dtypes.bfloat16): "BF16",
+             np.dtype(np.float16): "F16"}
+_EXPORT_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                  "qwen3": "Qwen3ForCausalLM"}
+
+
+def hf_tensors(cfg: ModelConfig, params) -> dict[str, np.ndarray]:
+    """Our param tree as HF-named host arrays in HF layout (`[out, in]` linear weights)."""
+    n, k, d = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.hidden
+    p = jax.tree.map(_host, params)
+    layers, attn = p["layers"], p["layers"]["attn"]
+    out = {"model.embed_tokens.weight": p["embed"], "model.norm.weight": p["final_norm"]["scale"]}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = p["lm_head"].T
+    for i in range(cfg.num_layers):
+        pre = f"model.layers.{i}."
+        out[pre + "self_attn.q_proj.weight"] = attn["q"][i].reshape(d, n).T
+        out[pre + "self_attn.k_proj.weight"] = attn["k"][i].reshape(d, k).T
+        out[pre + "self_attn.v_proj.weight"] = attn["v"][i].reshape(d, k).T
+        out[pre + "self_attn.o_proj.weight"] = attn["o"][i].reshape(n, d).T
+        if cfg.qkv_bias:
+            for name in ("q", "k", "v"):
+                out[pre + f"self_attn.{name}_proj.bias"] = attn[f"{name}_bias"][i].reshape(-1)
+        if cfg.qk_norm:
+            out[pre + "self_attn.q_norm.weight"] = attn["q_norm"]["scale"][i]
+            out[pre + "self_attn.k_norm.weight"] = attn["k_norm"]["scale"][i]
+        out[pre + "input_layernorm.weight"] = layers["attn_norm"]["scale"][i]
+        out[pre + "post_attention_layernorm.weight"] = layers["mlp_norm"]["scale"][i]
+        for name in ("gate", "up", "down"):
+            out[pre + f"mlp.{name}_proj.weight"] = layers["mlp"][name][i].T
+    return out
+
+
+def write_safetensors(path, tensors: dict[str, np.ndarray]) -> None:
+    """Write a `.safetensors` file (8-byte header length, JSON header, raw little-endian data)."""
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name])
+        if arr.dtype not in _ST_NAMES:
+            raise ValueError(f"tensor {name!r} has dtype {arr.dtype}; allowed: {sorted(map(str, _ST_NAMES))}")
+        blob = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for blob in blobs:
+            f.write(blob)
+
+
+def hf_config(cfg: ModelConfig, dtype: str = "float32") -> dict:
+    """transformers `config.json` for `cfg` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM)."""
+    out = {
+        "architectures": [_ARCHITECTURES[cfg.family]], "model_type": cfg.family,
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden,
+        "intermediate_size": cfg.intermediate, "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim, "hidden_act": "silu", "max_position_embeddings": cfg.max_position,
+        "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_theta, "rope_scaling": None,
+        "tie_word_embeddings": cfg.tie_embeddings, "torch_dtype": dtype, "use_cache": True,
+    }
+    if cfg.family in ("llama", "qwen3"):
+        out["attention_bias"] = False
+    if cfg.family == "llama":
+        out["mlp_bias"] = False
+    else:
+        out["use_sliding_window"] = False
+    if cfg.rope_scaling is not None:
+        s = cfg.rope_scaling
+        out["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor,
+                               "low_freq_factor": s.low_freq_factor,
+                               "high_freq_factor": s.high_freq_factor,
+                               "original_max_position_embeddings": s.original_max_position}
+    return out
+
+
+def export_hf(cfg: ModelConfig, params, out_dir, *, dtype: str = "float32") -> str:
+    """Write `model.safetensors` and `config.json` loadable by
+    `transformers.AutoModelForCausalLM.from_pretrained(out_dir)`; returns `out_dir`."""
+    if dtype not in _EXPORT_DTYPES:
+        raise ValueError(f"export_hf dtype={dtype!r}; allowed: {sorted(_EXPORT_DTYPES)}")
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {name: np.asarray(arr, dtype=_EXPORT_DTYPES[dtype])
+               for name, arr in hf_tensors(cfg, params).items()}
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_config(cfg, dtype), f, indent=2)
+    return out_dir
+
+
+# --------------------------------------------------------------------------- inspection
+
+def describe(workdir) -> dict:
+    """Summary of a run: newest restorable step, its meta, parameter count, params
+    digest, `workdir/config.json` and the last line of `workdir/metrics.jsonl`.
+
+    Only the `params` subtree of the state is read, as host numpy arrays (no mesh needed).
+    """
+    root = _path(workdir)
+    info: dict[str, Any] = {"workdir": os.fspath(root), "steps": [], "latest_step": None,
+                            "meta": None, "num_params": None, "params_digest": None,
+                            "config": None, "last_metrics": None}
+    if (root / "config.json").exists():
+        info["config"] = json.loads((root / "config.json").read_text())
+    if (root / "metrics.jsonl").exists():
+        lines = [ln for ln in (root / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        info["last_metrics"] = json.loads(lines[-1]) if lines else None
+    directory = root / CHECKPOINT_SUBDIR
+    if not directory.exists():
+        return info
+    options = ocp.CheckpointManagerOptions(read_only=True)
+    with ocp.CheckpointManager(directory, options=options, item_handlers=_handlers()) as mngr:
+        info["steps"] = list(mngr.all_steps())
+        for step in sorted(info["steps"], reverse=True):
+            try:
+                params = _restore_params_host(mngr, step)
+                meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            except Exception as e:  # damaged step: report the newest one that reads
+                log.warning("describe: checkpoint step %d in %s failed to read (%s: %s)",
+                            step, directory, type(e).__name__, str(e).splitlines()[0][:500])
+                continue
+            info.update(latest_step=step, meta=meta, params_digest=params_digest(params),
+                        num_params=int(sum(np.size(x) for x in jax.tree.leaves(params))))
+            break
+    return info
+
+
+def _restore_params_host(mngr, step: int):
+    tree = mngr.item_metadata(step)["state"]
+    if tree is None:
+        raise ValueError(f"checkpoint step {step}: no state metadata")
+    tree = tree.tree
+    if not isinstance(tree, dict) or "params" not in tree:
+        keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
+        raise ValueError(f"checkpoint step {step}: state has no 'params' key (has {keys})")
+    path = mngr.directory / str(step) / "state"
+    return _restore_host(path, {"params": tree["params"]}, partial=True)["params"]

@@ -1,0 +1,1 @@
+"""Training: RL advantages, token-level losses, optimizer and schedule (import submodules directly)."""

@@ -1,0 +1,263 @@
+"""prd_jax.data.synthetic: generator vs independent solver, difficulty, seeds, corruption,
+PDR traces, JSONL, CharVocab (with the operators' template compiler) and the seqio task."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from prd_jax.data import jsonl
+from prd_jax.data import synthetic as S
+
+DIFFICULTIES = (1, 2, 3, 4, 5, 6)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    """100 problems per (family, difficulty): 1200 in all."""
+    return {(fam, d): S.generate(100, 10 * d, d, family=fam)
+            for fam in S.FAMILIES for d in DIFFICULTIES}
+
+
+# ---------------------------------------------------------------- generator and solver
+
+
+def test_hand_computed_examples():
+    chain = "Start at 7. Work mod 10. Apply +5, *3, -4. Answer?"
+    inverse = "Start at x. Work mod 11. Apply +5, *3, -4. End at 2. Find x."
+    assert S.solve(chain) == "2"
+    assert S.solve(inverse) == "8"  # 8+5=13->2, 2*3=6, 6-4=2
+    lines, answer = S._solution_lines(S.parse_problem(chain))
+    assert (lines, answer) == (["7+5=12->2", "2*3=6->6", "6-4=2->2"], 2)
+    lines, answer = S._solution_lines(S.parse_problem(inverse))
+    assert (lines, answer) == (["2+4=6->6", "6/3=6*4=24->2", "2-5=-3->8"], 8)
+    assert S.solve("Start at 3. Work mod 7. Apply *5. Answer?") == "1"
+    assert S.final_answer("a \\boxed{1} b \\boxed{ 42 }") == "42"
+    assert S.final_answer("no box") is None
+    with pytest.raises(ValueError, match="not a synthetic problem"):
+        S.solve("What is 2+2?")
+
+
+def test_solver_verifies_generator(problems):
+    count = 0
+    for (fam, d), rows in problems.items():
+        for p in rows:
+            assert S.solve(p["problem"]) == p["answer"], p
+            assert S.final_answer(p["solution"]) == p["answer"]
+            assert len(p["solution"].splitlines()) == d + 1
+            assert (p["difficulty"], p["family"], p["modulus"]) == (d, fam, S.DEFAULT_MODULUS[fam])
+            assert p["problem"].isascii() and p["solution"].isascii()
+            count += 1
+    assert count == 1200
+
+
+def test_other_moduli_verified():
+    for fam, m in (("modchain", 7), ("modchain", 100), ("modinverse", 13), ("modinverse", 101)):
+        for p in S.generate(60, 1, (1, 4, 8), family=fam, modulus=m):
+            assert p["modulus"] == m and S.solve(p["problem"]) == p["answer"]
+            assert 0 <= int(p["answer"]) < m
+
+
+def test_difficulty_increases_solution_length(problems):
+    for fam in S.FAMILIES:
+        means = [np.mean([len(p["solution"]) for p in problems[fam, d]]) for d in DIFFICULTIES]
+        assert all(a < b for a, b in zip(means, means[1:])), (fam, means)
+
+
+def test_mixed_difficulty_draws_from_the_given_values():
+    rows = S.generate(300, 5, (2, 5))
+    counts = {d: sum(r["difficulty"] == d for r in rows) for d in (2, 5)}
+    assert sum(counts.values()) == 300 and min(counts.values()) > 100
+
+
+def test_seeds_reproduce_and_differ():
+    a = S.generate(50, 3, DIFFICULTIES)
+    assert a == S.generate(50, 3, DIFFICULTIES)
+    b = S.generate(50, 4, DIFFICULTIES)
+    assert [r["problem"] for r in a] != [r["problem"] for r in b]
+    assert len({r["id"] for r in a}) == 50 and a[0]["id"] == "modchain-s3-000000"
+    t1 = S.pdr_trace(np.random.default_rng(9), a[10], 4, 2)
+    assert t1 == S.pdr_trace(np.random.default_rng(9), a[10], 4, 2)
+
+
+# ---------------------------------------------------------------- corruption and PDR
+
+
+def test_corrupted_solutions_are_wrong(problems):
+    rng = np.random.default_rng(0)
+    for (fam, d), rows in problems.items():
+        for p in rows[:50]:
+            bad = S.corrupt_solution(rng, p)
+            assert S.final_answer(bad) != S.solve(p["problem"]) == p["answer"]
+            gold_lines, bad_lines = p["solution"].splitlines(), bad.splitlines()
+            assert len(bad_lines) == len(gold_lines) == d + 1
+            first = next(i for i, (g, b) in enumerate(zip(gold_lines, bad_lines)) if g != b)
+            assert first < d  # the slip is in a step line, earlier lines are untouched
+            assert bad_lines[first].split("=")[0] == gold_lines[first].split("=")[0]
+
+
+def test_pdr_trace_counts():
+    from prd_jax.operators import prompts
+
+    rng = np.random.default_rng(1)
+    for p in S.generate(12, 2, DIFFICULTIES, family="modinverse"):
+        for k in (1, 2, 4):
+            for num_wrong in range(k + 1):
+                t = S.pdr_trace(rng, p, k, num_wrong)
+                cands = t["prompt_candidates"]
+                answers = [S.final_answer(c) for c in cands]
+                assert len(cands) == k
+                assert sum(a != S.solve(p["problem"]) for a in answers) == num_wrong
+                assert t["wrong"] == [a != p["answer"] for a in answers]
+                assert S.final_answer(t["response"]) == p["answer"]
+                assert t["prompt"].startswith(prompts.PDR_TOPK.user[:40])
+                assert f"Problem:\n{p['problem']}\n\n### Candidate 1 (unverified)\n" in t["prompt"]
+                assert t["prompt"].count("(unverified)\n") == k
+                assert t["prompt"].endswith(cands[-1] + prompts.CANDIDATE_FOOTER)
+                assert "{" not in t["prompt"].replace("\\boxed{", "")
+
+
+def test_bad_arguments():
+    rng = np.random.default_rng(0)
+    p = S.generate(1, 0, 3)[0]
+    with pytest.raises(ValueError, match="difficulty=0"):
+        S.make_problem(rng, 0)
+    with pytest.raises(ValueError, match="difficulty"):
+        S.generate(5, 0, (1, 0))
+    with pytest.raises(ValueError, match="num_wrong=3; must be <= k=2"):
+        S.pdr_trace(rng, p, 2, 3)
+    with pytest.raises(ValueError, match="k=0"):
+        S.pdr_trace(rng, p, 0, 0)
+    with pytest.raises(ValueError, match="family='sudoku'"):
+        S.generate(5, 0, 1, family="sudoku")
+    with pytest.raises(ValueError, match="modulus=12"):
+        S.generate(5, 0, 1, family="modinverse", modulus=12)
+    with pytest.raises(ValueError, match="seed=None"):
+        S.generate(5, None, 1)
+    with pytest.raises(ValueError, match="rng"):
+        S.make_problem(np.random, 1)
+
+
+# ---------------------------------------------------------------- JSONL
+
+
+def test_write_jsonl_round_trips(tmp_path):
+    rows = S.generate(20, 7, DIFFICULTIES)
+    path = tmp_path / "problems.jsonl"
+    assert S.write_jsonl(path, rows) == 20
+    assert jsonl.read_jsonl(path) == rows
+
+    rng = np.random.default_rng(0)
+    sft = [S.solve_example(rows[0]), S.pdr_trace(rng, rows[1], 3, 1)]
+    sft = [{"id": r["id"], "prompt": r["prompt"], "response": r["response"]} for r in sft]
+    assert S.write_jsonl(tmp_path / "sft.jsonl", sft) == 2
+    assert [json.loads(line) for line in open(tmp_path / "sft.jsonl")] == sft
+    assert sft[0]["prompt"].endswith("\\boxed{}.\n\nProblem:\n" + rows[0]["problem"])
+    msgs = [S.as_messages(r) for r in sft]
+    S.write_jsonl(tmp_path / "messages.jsonl", msgs)
+    assert json.loads(open(tmp_path / "messages.jsonl").readline())["messages"][1]["content"] == rows[0]["solution"]
+
+    with pytest.raises(ValueError, match=r"rows\[1\] is a 'sft' row but rows\[0\] is 'problems'"):
+        S.write_jsonl(tmp_path / "x.jsonl", [rows[0], sft[0]])
+    with pytest.raises(ValueError, match=r"rows\[1\]: duplicate id"):
+        S.write_jsonl(tmp_path / "x.jsonl", [rows[0], rows[0]])
+    with pytest.raises(ValueError, match=r"rows\[0\]: need non-empty string keys"):
+        S.write_jsonl(tmp_path / "x.jsonl", [{"id": "a", "problem": "p"}])
+
+
+# ---------------------------------------------------------------- CharVocab
+
+
+def test_char_vocab_ids_and_round_trip():
+    v = S.CharVocab()
+    assert (v.vocab_size, v.pad_id, v.eos_id, v.unk_id, v.bos_id, v.stop_ids) == (103, 0, 1, 2, None, (1, 4))
+    assert v.encode("1") == [25] and v.encode(" ") == [8] and v.encode("\n") == [6]
+    assert [v.encode(d)[0] for d in "0123456789"] == list(range(24, 34))
+    text = "".join(chr(c) for c in range(32, 127)) + "\n\t"
+    assert v.decode(v.encode(text)) == text and len(v.encode(text)) == len(text)
+    for p in S.generate(30, 0, DIFFICULTIES, family="modinverse"):
+        for s in (p["problem"], p["solution"]):
+            assert v.decode(v.encode(s)) == s and v.unknown_chars(s) == []
+    chat = v.apply_chat_template([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+                                 add_generation_prompt=False)
+    assert chat == "<|user|>2+2?\n<|assistant|>4<|eos|>"
+    ids = v.encode(chat)
+    assert ids[0] == v.user_id and ids[-1] == v.eos_id and len(ids) == 1 + 5 + 1 + 1 + 1
+    assert v.decode(ids) == "2+2?\n4" and v.decode(ids, skip_special=False) == chat
+    assert v.decode([v.vocab_size + 5, 25]) == "1"
+    with pytest.raises(ValueError, match=r"messages\[0\].role='tool'"):
+        v.apply_chat_template([{"role": "tool", "content": "x"}])
+
+
+def test_char_vocab_unknown_chars_reported(caplog):
+    v = S.CharVocab()
+    with caplog.at_level(logging.WARNING, logger=S.__name__):
+        ids = v.encode("x\u2265y\u2265")
+    assert ids == [v.encode("x")[0], 2, v.encode("y")[0], 2]
+    assert v.unknown_chars("a\u2265b\u00e9<|eos|>") == ["\u00e9", "\u2265"]
+    assert sum("\\u2265" in r.getMessage() or "\u2265" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_char_vocab_encodes_every_template_character():
+    from prd_jax.operators import prompts
+
+    v = S.CharVocab()
+    templates = [t for t in vars(prompts).values() if isinstance(t, prompts.Template)]
+    assert len(templates) >= 7
+    for t in templates:
+        assert v.unknown_chars(t.user + t.assistant_prefix) == [], t.name
+    assert v.unknown_chars(prompts.CANDIDATE_HEADER + prompts.CANDIDATE_FOOTER) == []
+
+
+def test_char_vocab_with_operator_context():
+    from prd_jax.operators import prompts, runner
+    from prd_jax.operators.specs import Sampling
+
+    v = S.CharVocab()
+    ctx = runner.make_context(v, Sampling(stop_ids=v.stop_ids))
+    assert ctx.pad_id == 0
+    solve = ctx.templates["solve"]
+    assert solve.slots == ("problem",)
+    assert v.decode(solve.pieces[0], skip_special=False) == (
+        "<|user|>" + S.render_prompt(prompts.SOLVE, problem=""))
+    assert v.decode(solve.pieces[1], skip_special=False) == "\n<|assistant|>"
+    assert v.decode(solve.headers[2]) == "### Candidate 3 (unverified)\n"
+    assert all(len(piece) == len(v.decode(piece, skip_special=False)) - 7 * piece.count(v.user_id)
+               - 12 * piece.count(v.assistant_id) for piece in solve.pieces)
+
+
+# ---------------------------------------------------------------- seqio task
+
+
+def test_seqio_task():
+    import seqio
+
+    from prd_jax.data.vocab import HFVocabulary
+    from prd_jax.operators import prompts
+
+    vocab = HFVocabulary(S.CharVocab())
+    name = S.register_synthetic_task("prd_synthetic_test", vocab, {"train": (6, 0), "test": (3, 1)},
+                                     difficulty=(2, 3))
+    gold = S.generate(3, 1, (2, 3))
+    ds = seqio.get_mixture_or_task(name).get_dataset(sequence_length=None, split="test", shuffle=False)
+    exs = list(ds.as_numpy_iterator())
+    assert len(exs) == 3
+    for ex, p in zip(exs, gold):
+        assert ex["id"].decode() == p["id"] and ex["answer"].decode() == p["answer"]
+        assert ex["targets"][-1] == 1 and vocab.decode(ex["targets"].tolist()) == p["solution"]
+        assert ex["inputs_pretokenized"].decode() == S.render_prompt(prompts.SOLVE, problem=p["problem"])
+        assert len(ex["inputs"]) == len(ex["inputs_pretokenized"])
+
+    S.register_synthetic_task("prd_synthetic_test", vocab, {"test": (2, 1)}, kind="pdr", k=3,
+                              num_wrong=2, render_inputs=lambda u: S.CharVocab().apply_chat_template(
+                                  [{"role": "user", "content": u}]))
+    ex = next(seqio.get_mixture_or_task(name).get_dataset(
+        sequence_length=None, split="test", shuffle=False).as_numpy_iterator())
+    text = ex["inputs_pretokenized"].decode()
+    assert text.startswith("<|user|>Here is a problem") and text.endswith("\n<|assistant|>")
+    assert ex["inputs"][0] == 4 and text.count("(unverified)") == 3
+    with pytest.raises(ValueError, match="each split needs its own seed"):
+        S.register_synthetic_task("x", vocab, {"train": (2, 1), "test": (2, 1)})
+    with pytest.raises(ValueError, match="num_wrong"):
+        S.register_synthetic_task("x", vocab, {"test": (2, 1)}, kind="pdr", k=2, num_wrong=(1, 3))
