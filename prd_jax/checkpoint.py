@@ -460,3 +460,20 @@ def _restore_params_host(mngr, step: int):
         raise ValueError(f"checkpoint step {step}: state has no 'params' key (has {keys})")
     path = mngr.directory / str(step) / "state"
     return _restore_host(path, {"params": tree["params"]}, partial=True)["params"]
+
+
+def latest_params(workdir) -> tuple[int, Any]:
+    """`(step, params)` as host numpy arrays from the newest readable step of a training
+    workdir (e.g. to start RL from an SFT run); damaged steps are skipped with a warning."""
+    directory = _path(workdir) / CHECKPOINT_SUBDIR
+    if not directory.exists():
+        raise FileNotFoundError(f"no checkpoints in {directory}")
+    options = ocp.CheckpointManagerOptions(read_only=True)
+    with ocp.CheckpointManager(directory, options=options, item_handlers=_handlers()) as mngr:
+        for step in sorted(mngr.all_steps(), reverse=True):
+            try:
+                return step, _restore_params_host(mngr, step)
+            except Exception as e:  # damaged step: fall back to an older one
+                log.warning("checkpoint step %d in %s failed to read (%s: %s)", step, directory,
+                            type(e).__name__, str(e).splitlines()[0][:500])
+    raise FileNotFoundError(f"no readable checkpoint step in {directory}")

@@ -1,0 +1,39 @@
+"""SFT from scratch of a tiny decoder on the synthetic modular-arithmetic task (CPU, ~1 minute).
+
+The data mixes single-pass chain-of-thought traces with PDR-format traces (a workspace of
+candidates, some wrong, then a correct solution), as in the PDR paper's SFT stage (§3.3).
+
+Command to run:
+    prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny
+
+Expected: about a minute on 2 CPU cores; the loss falls from ~4.6 (uniform over 103
+characters) to well below 1.5 within the default 60 steps.
+"""
+
+import ml_collections
+
+
+def get_config(arg=None):
+    c = ml_collections.ConfigDict()
+    c.stage = "sft"
+    c.seed = 0
+    c.mesh = ""  # e.g. "data=2,fsdp=2,tensor=2"; empty: all devices on the data axis
+    c.tokenizer = "char"
+    c.model = ml_collections.ConfigDict(dict(
+        name="tiny", path="", init="random", init_workdir="",
+        overrides=dict(vocab_size=128, hidden=128, intermediate=384, num_layers=2, num_heads=4,
+                       num_kv_heads=2, head_dim=32, max_position=1024)))
+    c.data = ml_collections.ConfigDict(dict(
+        source="synthetic", family="modchain", difficulty=(1, 2, 3), num_train=2000, num_eval=64,
+        pdr_fraction=0.25, pdr_k=2, seq_len=256, mode="pack", path="", validation_fraction=0.05))
+    c.batch_size = 16
+    c.grad_accum_steps = 1
+    c.optim = ml_collections.ConfigDict(dict(
+        learning_rate=3e-3, warmup_steps=10, decay_steps=50, schedule="cosine", end_lr_fraction=0.1,
+        weight_decay=0.01, grad_clip_norm=1.0))
+    c.steps = 60
+    c.checkpoint_every = 20
+    c.keep_checkpoints = 2
+    c.eval_every = 20
+    c.max_nonfinite_steps = 5
+    return c

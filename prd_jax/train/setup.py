@@ -1,0 +1,122 @@
+"""Build the pieces a training config names: mesh, model config, tokenizer, initial params, data.
+
+Config fields (see `configs/sft/tiny.py` for a complete example):
+- `model.name` (a named config), `model.path` (local weights), `model.overrides` (ModelConfig
+  fields), `model.init`: "random" (from scratch), "pretrained" (`prd_jax.model.load`) or
+  "checkpoint" (params of the latest step in `model.init_workdir`, e.g. an SFT run);
+- `tokenizer`: "char" (`data.synthetic.CharVocab`, for from-scratch models) or "model";
+- `data.source`: "synthetic" (the verifiable task of `data.synthetic`), "jsonl" (a directory
+  with train.jsonl / validation.jsonl chat traces, see `data.chat_traces`) or a benchmark
+  name from `data.paths.DATASETS` (problems only: RL).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import numpy as np
+
+from prd_jax.mesh import make_mesh
+from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+
+log = logging.getLogger(__name__)
+
+INITS = ("random", "pretrained", "checkpoint")
+TOKENIZERS = ("char", "model")
+
+
+def _overrides(config) -> dict:
+    o = config.model.get("overrides", None)
+    return {} if o is None else (o.to_dict() if hasattr(o, "to_dict") else dict(o))
+
+
+def build_mesh(config):
+    return make_mesh(config.get("mesh") or None)
+
+
+def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
+    """(ModelConfig, params or None for random init, tokenizer) from `config.model`."""
+    init = config.model.init
+    if init not in INITS:
+        raise ValueError(f"config.model.init={init!r}; allowed: {INITS}")
+    if config.tokenizer not in TOKENIZERS:
+        raise ValueError(f"config.tokenizer={config.tokenizer!r}; allowed: {TOKENIZERS}")
+    params, tokenizer = None, None
+    if init == "pretrained":
+        from prd_jax.model import load
+
+        loaded = load(config.model.name, config.model.get("path") or None, mesh=mesh, **_overrides(config))
+        cfg, params, tokenizer = loaded.cfg, loaded.params, loaded.tokenizer
+    else:
+        if config.model.name not in NAMED_CONFIGS:
+            raise ValueError(f"config.model.name={config.model.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
+        cfg = NAMED_CONFIGS[config.model.name].replace(**_overrides(config))
+    if config.tokenizer == "char":
+        from prd_jax.data.synthetic import CharVocab
+
+        tokenizer = CharVocab()
+        if cfg.vocab_size < tokenizer.vocab_size:
+            raise ValueError(f"config.model.overrides.vocab_size={cfg.vocab_size} < CharVocab size "
+                             f"{tokenizer.vocab_size}")
+    elif tokenizer is None:
+        from prd_jax.model.loader import load
+
+        tokenizer = load(config.model.name, config.model.get("path") or None).tokenizer
+    if init == "checkpoint":
+        params = checkpoint_params(config.model.init_workdir, cfg, mesh)
+    return cfg, params, tokenizer
+
+
+def checkpoint_params(workdir: str, cfg: ModelConfig, mesh):
+    """Params of the latest readable step of another run's workdir, placed in this run's shardings."""
+    import jax
+
+    from prd_jax.checkpoint import latest_params
+    from prd_jax.model.weights import param_shardings
+
+    if not workdir:
+        raise ValueError("config.model.init='checkpoint' needs config.model.init_workdir (a training workdir)")
+    step, host = latest_params(workdir)
+    log.info("initialising params from %s step %d", workdir, step)
+    return jax.device_put(host, param_shardings(cfg, mesh))
+
+
+def synthetic_rows(data, seed: int, n: int) -> list:
+    from prd_jax.data import synthetic
+
+    return synthetic.generate(n, seed, tuple(data.difficulty), family=data.get("family", "modchain"))
+
+
+def sft_examples(config, tokenizer) -> tuple[list, list]:
+    """(train, validation) SFT examples `(prompt_ids, completion_ids)` from `config.data`."""
+    from prd_jax.data import sft, synthetic
+
+    data = config.data
+    if data.source == "synthetic":
+        rng = np.random.default_rng(config.seed)
+        train_rows, eval_rows = [], []
+        for rows, n, seed, out in ((train_rows, data.num_train, config.seed, "train"),
+                                   (eval_rows, data.num_eval, config.seed + 10_000, "eval")):
+            for p in synthetic_rows(data, seed, n):
+                rows.append(synthetic.solve_example(p))
+                if rng.random() < data.pdr_fraction:  # PDR-format trace: a workspace, then a fix
+                    rows.append(synthetic.pdr_trace(rng, p, data.pdr_k, int(rng.integers(1, data.pdr_k + 1))))
+        return sft.examples_from_rows(tokenizer, train_rows), sft.examples_from_rows(tokenizer, eval_rows)
+    if data.source == "jsonl":
+        from prd_jax.data import chat_traces
+
+        splits = chat_traces.split_rows(data.path, data.get("validation_fraction", 0.05))
+        return (sft.examples_from_rows(tokenizer, splits["train"]),
+                sft.examples_from_rows(tokenizer, splits.get("validation", [])))
+    raise ValueError(f"config.data.source={data.source!r} for SFT; allowed: 'synthetic', 'jsonl'")
+
+
+def rl_problems(config) -> list:
+    """Problems {id, problem, answer} for RL rollouts from `config.data`."""
+    data = config.data
+    if data.source == "synthetic":
+        return synthetic_rows(data, config.seed, data.num_train)
+    from prd_jax.data.jsonl import read_problems
+
+    return read_problems(data.source, data.get("data_dir") or None, limit=data.get("num_train") or None)

@@ -1,0 +1,71 @@
+"""Supervised fine-tuning loss on completion tokens (PDR paper §3.3 SFT stage; prompt masked).
+
+Batches (from `prd_jax.data.sft`) hold `inputs`, `targets`, `positions`, `segment_ids`
+(0 = padding; packed rows attend within their segment) and `weights` (1 on completion
+targets only).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from prd_jax.model.decoder import forward
+from prd_jax.train.losses import sft_loss, token_logprobs
+
+BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
+
+
+def sft_loss_fn(cfg, mesh=None):
+    """`(params, batch) -> (nll_sum, token_count, metrics)` with token accuracy as a metric."""
+    def loss(params, batch):
+        logits, _ = forward(cfg, params, batch["inputs"], batch["positions"],
+                            segment_ids=batch["segment_ids"], mesh=mesh)
+        logp = token_logprobs(logits, batch["targets"])
+        w = batch["weights"].astype(jnp.float32)
+        total, count = sft_loss(logp, w)
+        hits = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
+        return total, count, {"token_accuracy": (jnp.sum(hits * w), jnp.sum(w))}
+
+    return loss
+
+
+class SFTStage:
+    """Data side of SFT for `trainer.fit`: a resumable packed/padded iterator and eval loss."""
+
+    def __init__(self, config, cfg, tokenizer, mesh):
+        from prd_jax.data.sft import SFTBatches, pad
+        from prd_jax.train.setup import sft_examples
+
+        self.cfg, self.mesh, self.config = cfg, mesh, config
+        train, held_out = sft_examples(config, tokenizer)
+        data = config.data
+        self.batches = SFTBatches(train, seq_len=data.seq_len, batch_size=config.batch_size, seed=config.seed,
+                                  mode=data.get("mode", "pack"), pad_id=tokenizer.pad_id)
+        self.eval_batches = pad(held_out, data.seq_len, config.batch_size, pad_id=tokenizer.pad_id)[0] if held_out else []
+        self.counts = self.batches.counts
+
+    def loss_fn(self):
+        return sft_loss_fn(self.cfg, self.mesh)
+
+    def abstract_batch(self):
+        import jax
+
+        shape = (self.config.batch_size, self.config.data.seq_len)
+        return {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
+
+    def next_batch(self, state, step):
+        return next(self.batches), {"data/epoch": float(self.batches.state()["epoch"])}
+
+    def data_state(self):
+        return self.batches.state()
+
+    def restore_data(self, state):
+        self.batches.restore(state)
+
+    def evaluate(self, params, step):
+        from prd_jax.train.trainer import eval_loss
+
+        if not self.eval_batches:
+            return {}
+        return {"eval/loss": eval_loss(self.loss_fn(), params, self.eval_batches)}
+

@@ -1,0 +1,180 @@
+"""The one training loop (big_vision style), shared by SFT and RL stages.
+
+A *stage* supplies the data side: `abstract_batch()`, `loss_fn()`, `next_batch(state, step)
+-> (batch, host_metrics)`, `data_state()` / `restore_data(state)` and optionally
+`evaluate(params, step) -> metrics`. The loop owns the rest:
+
+- workdir: the resolved config (`config.json`), orbax checkpoints (`checkpoints/`),
+  TensorBoard events (clu metric writers), `metrics.jsonl` (one JSON line per step);
+- resume: the latest restorable step, the data position and the RNG come back, so a run
+  killed and restarted ends bit-identical to an uninterrupted one on the same devices;
+  metrics.jsonl lines after the restored step are dropped;
+- the step: compiled once with `.lower().compile()` (memory analysis logged), explicit
+  shardings, donated state; batches are placed as global arrays (works multi-host);
+- saves every `config.checkpoint_every` steps (async, last `config.keep_checkpoints`), on
+  SIGTERM, and at the end; a progress bar with ETA.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from prd_jax.checkpoint import Checkpointer
+from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
+from prd_jax.train.step import compile_step, repeat_step, split_microbatches, train_step
+
+log = logging.getLogger(__name__)
+
+
+def save_config(config, workdir: str) -> None:
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")
+                    else json.dumps(dict(config), indent=2, default=str))
+
+
+def as_tree(state: TrainState) -> dict:
+    return {"step": state.step, "params": state.params, "opt_state": state.opt_state, "rng": state.rng}
+
+
+def from_tree(tree: dict) -> TrainState:
+    return TrainState(tree["step"], tree["params"], tree["opt_state"], tree["rng"])
+
+
+def optimizer_from(config):
+    oc = config.optim.to_dict() if hasattr(config.optim, "to_dict") else dict(config.optim)
+    cfg = OptimConfig(**oc)
+    return make_optimizer(cfg), make_schedule(cfg)
+
+
+def put_global(batch: dict, shardings: dict) -> dict:
+    """Host arrays (the same global batch on every process) -> global jax arrays."""
+    return jax.tree.map(lambda x, sh: jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx]),
+                        batch, shardings)
+
+
+class MetricsLog:
+    """TensorBoard scalars (clu) + metrics.jsonl + a tqdm bar; writes on process 0 only."""
+
+    def __init__(self, workdir: str, start: int, total: int, progress: bool):
+        from clu import metric_writers
+        from tqdm import tqdm
+
+        self.main = jax.process_index() == 0
+        self.writer = metric_writers.create_default_writer(workdir, just_logging=not self.main)
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        if self.main and os.path.exists(self.path):  # drop lines after the restored step
+            with open(self.path) as f:
+                keep = [ln for ln in f if ln.strip() and _step_of(ln) is not None and _step_of(ln) <= start]
+            with open(self.path, "w") as f:
+                f.writelines(keep)
+        self.file = open(self.path, "a") if self.main else None
+        self.bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
+                        disable=not (progress and self.main))
+
+    def write(self, step: int, metrics: dict) -> None:
+        scalars = {k: float(v) for k, v in metrics.items()}
+        self.writer.write_scalars(step, scalars)
+        if self.file:
+            self.file.write(json.dumps({"step": step, **scalars}) + "\n")
+            self.file.flush()
+        self.bar.update(1)
+        self.bar.set_postfix({k: f"{scalars[k]:.4g}" for k in ("loss", "reward/mean") if k in scalars})
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.flush()
+        if self.file:
+            self.file.close()
+
+
+def _step_of(line: str):
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, progress: bool = True) -> dict:
+    """Train `stage` for `config.steps` steps in `workdir` (resuming); returns the last metrics."""
+    os.makedirs(workdir, exist_ok=True)
+    save_config(config, workdir)
+    optimizer, schedule = optimizer_from(config)
+    shardings = state_shardings(cfg, optimizer, mesh)
+    abstract = abstract_state(cfg, optimizer, mesh)
+    ckpt = Checkpointer(workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints)
+    restored = ckpt.restore_latest(as_tree(abstract))
+    if restored is not None:
+        step, tree, meta = restored
+        state = from_tree(tree)
+        stage.restore_data(meta["data"])
+        log.info("resumed %s at step %d", workdir, step)
+    else:
+        step = 0
+        state = create_state(cfg, optimizer, mesh, jax.random.key(config.seed), init_params)
+    accum = config.get("grad_accum_steps", 1)
+    step_fn = functools.partial(train_step, loss_fn=stage.loss_fn(), optimizer=optimizer, schedule=schedule)
+    step_fn = repeat_step(step_fn, getattr(stage, "updates_per_batch", 1))
+    abstract_batch = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct((accum, s.shape[0] // accum, *s.shape[1:]), s.dtype), stage.abstract_batch())
+    t0 = time.perf_counter()
+    compiled, batch_sh = compile_step(step_fn, abstract, abstract_batch, mesh, shardings)
+    log.info("train step compiled in %.1f s", time.perf_counter() - t0)
+    holder = {"state": state, "step": step}
+    ckpt.install_preemption_handler(
+        lambda: (holder["step"], as_tree(holder["state"]), {"data": stage.data_state()}))
+    metrics_log = MetricsLog(workdir, step, config.steps, progress)
+    metrics: dict = {}
+    bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", 5)
+    try:
+        while step < config.steps:
+            t_data = time.perf_counter()
+            batch, host_metrics = stage.next_batch(state, step)
+            t_step = time.perf_counter()
+            state, device_metrics = compiled(state, put_global(split_microbatches(batch, accum), batch_sh))
+            device_metrics = jax.device_get(device_metrics)
+            t_end = time.perf_counter()
+            step += 1
+            holder.update(state=state, step=step)
+            metrics = {**{k: float(v) for k, v in device_metrics.items()}, **host_metrics,
+                       "time/data_s": t_step - t_data, "time/train_s": t_end - t_step,
+                       "train/tokens_per_s": float(device_metrics["tokens"]) / max(t_end - t_step, 1e-9)}
+            if hasattr(stage, "evaluate") and config.get("eval_every") and step % config.eval_every == 0:
+                metrics.update(stage.evaluate(state.params, step))
+            metrics_log.write(step, metrics)
+            bad_in_a_row = bad_in_a_row + 1 if metrics["nonfinite"] > 0 else 0
+            if bad_in_a_row >= max_bad:
+                raise FloatingPointError(
+                    f"halting at step {step}: {bad_in_a_row} steps in a row had a non-finite loss or gradient "
+                    f"(updates rejected; config.max_nonfinite_steps={max_bad}). Lower config.optim.learning_rate "
+                    f"or check the data; the last good state is in {workdir}/checkpoints")
+            ckpt.save(step, as_tree(state), {"data": stage.data_state(), "metrics": metrics},
+                      force=step == config.steps)
+    finally:
+        ckpt.wait()
+        ckpt.close()
+        metrics_log.close()
+    return metrics
+
+
+def eval_loss(loss_fn, params, batches) -> float:
+    """Mean of a (sum, count) loss over host batches (held-out split)."""
+    jitted = jax.jit(loss_fn)
+    total = count = 0.0
+    for batch in batches:
+        s, c, _ = jitted(params, batch)
+        total, count = total + float(s), count + float(c)
+    return total / max(count, 1.0)
+
+
+def host_array(x) -> np.ndarray:
+    return np.asarray(jax.device_get(x))
