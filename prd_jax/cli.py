@@ -1,7 +1,9 @@
-"""`prd-jax` command line: `generate`, `eval` and `demo`.
+"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect` and `demo`.
 
     prd-jax generate --model smollm2-135m --prompt "What is 7*8?" --chat --max-new-tokens 64
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
+    prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny [--config.steps=100]
+    prd-jax inspect --workdir /tmp/sft_tiny [--json]
     prd-jax demo
 """
 
@@ -98,8 +100,15 @@ def main(argv=None) -> None:
     ev = sub.add_parser("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
     ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
     ev.add_argument("--workdir", required=True, help="output directory (results.jsonl, summary.md, pareto.png)")
+    tr = sub.add_parser("train", help="SFT or RL per a config (resumes from the workdir)")
+    tr.add_argument("--config", required=True, help="config file, e.g. configs/rl/tiny.py")
+    tr.add_argument("--workdir", required=True, help="run directory (checkpoints, TensorBoard, metrics.jsonl)")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ins = sub.add_parser("inspect", help="summarise a training workdir")
+    ins.add_argument("--workdir", required=True)
+    ins.add_argument("--json", action="store_true", help="print one JSON object")
     args, rest = parser.parse_known_args(argv)
-    if rest and args.command != "eval":
+    if rest and args.command not in ("eval", "train"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "generate":
@@ -112,7 +121,34 @@ def main(argv=None) -> None:
 
         config = apply_overrides(load_config(args.config), rest)
         evaluate(config, args.workdir)
+    elif args.command == "train":
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.train.run import train
 
+        config = apply_overrides(load_config(args.config), rest)
+        train(config, args.workdir, progress=not args.no_progress)
+    elif args.command == "inspect":
+        run_inspect(args)
+
+
+def run_inspect(args: argparse.Namespace) -> dict:
+    """Latest step, parameter count, params_digest, config and last metrics of a workdir."""
+    from prd_jax.checkpoint import describe
+
+    info = describe(args.workdir)
+    if args.json:
+        print(json.dumps(info, default=str))
+        return info
+    print(f"workdir        {info['workdir']}")
+    print(f"latest step    {info['latest_step']}  (saved steps: {info['steps']})")
+    print(f"parameters     {info['num_params']}")
+    print(f"params_digest  {info['params_digest']}")
+    if info["last_metrics"]:
+        print("last metrics   " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                            for k, v in info["last_metrics"].items()))
+    if info["config"]:
+        print("config         " + json.dumps(info["config"], sort_keys=True)[:2000])
+    return info
 
 if __name__ == "__main__":
     main()

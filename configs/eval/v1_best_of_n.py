@@ -12,9 +12,10 @@ CPU smoke run (SmolLM2-135M, 2 GSM8K problems, N=4, tiny budgets):
     prd-jax eval --config configs/eval/v1_best_of_n.py:smoke --workdir /tmp/v1_smoke
 
 Expected: the paper reports pairwise_v1 above pointwise and majority at equal N, rising
-with m. The smoke run takes about 7 minutes on 2 CPU cores (one compile per operator)
-and only checks the pipeline: SmolLM2-135M does not write rating tags within 16 judge
-tokens, so its ratings are forced (counted in "judge unparsed").
+with m. The smoke run took 12m57s on 2 busy CPU cores (2026-11-30; one compile per
+operator) and only checks the pipeline: SmolLM2-135M does not write rating tags within
+16 judge tokens, so all its ratings are forced (8 "judge unparsed" per judged operator:
+4 pairwise calls x 2 problems), and it scores 0/2 except RSA+prune at 1/2.
 """
 
 import ml_collections

@@ -322,12 +322,20 @@ class SFTBatches:
         return self
 
     def __next__(self) -> Batch:
+        return self.next_rows(None)
+
+    def next_rows(self, rows: Optional[Sequence[int]]) -> Batch:
+        """The next batch, materialising only the global row indices `rows` (in that order;
+        None: all rows). Multi-host loaders pass their own rows, so no host builds the
+        global batch; the iterator position advances the same on every host."""
         while True:
             if self.num_epochs is not None and self._epoch >= self.num_epochs:
                 raise StopIteration
             if self._offset < self.num_examples:
                 break
             self._epoch, self._offset = self._epoch + 1, 0
-        rows, self._offset = _take_rows(self._fitted, self._epoch_order(), self._offset,
-                                        self.seq_len, self.batch_size, self.mode)
-        return _assemble(rows, self.seq_len, self.pad_id)
+        taken, self._offset = _take_rows(self._fitted, self._epoch_order(), self._offset,
+                                         self.seq_len, self.batch_size, self.mode)
+        if rows is not None:
+            taken = [taken[r] for r in rows]
+        return _assemble(taken, self.seq_len, self.pad_id)

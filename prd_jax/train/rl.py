@@ -115,6 +115,21 @@ def sequences_to_batch(prompt_tok, prompt_len, comp_tok, comp_len, comp_logp) ->
             "weights": is_comp[:, 1:].astype(np.float32), "old_logp": old[:, 1:]}
 
 
+def _math_reward(text: str, answer: str) -> float:
+    from prd_jax.rewards.math import grade
+
+    return float(grade(text, answer))
+
+
+def _to_host(tree):
+    """Device outputs -> host numpy on every process (all-gathered when multi-host)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
 class RLStage:
     """Data side of RL for `trainer.fit`: problems, rollouts, rewards, advantages."""
 
@@ -137,6 +152,7 @@ class RLStage:
                              f"config.rl.prompts_per_step={self.rl.prompts_per_step}")
         self.epoch, self.offset = 0, 0
         self.ref_params = None
+        self.reward_fn = _math_reward  # (completion text, gold answer) -> reward
         self._generate = jax.jit(self._rollout_fn, static_argnames=("scfg",))
 
     # -- prompts and data position
@@ -190,12 +206,14 @@ class RLStage:
     def _ref_logp(self, batch: dict) -> np.ndarray:
         if self.ref_params is None:
             return batch["old_logp"]
-        logits = jax.jit(lambda p, b: forward(self.cfg, p, b["inputs"], b["positions"],
-                                              segment_ids=b["segment_ids"], mesh=self.mesh)[0])(self.ref_params, batch)
-        return np.asarray(token_logprobs(logits, jnp.asarray(batch["targets"])))
+        if not hasattr(self, "_ref_forward"):
+            self._ref_forward = jax.jit(lambda p, b: token_logprobs(
+                forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=self.mesh)[0],
+                b["targets"]))
+        keys = ("inputs", "positions", "segment_ids", "targets")
+        return np.asarray(_to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
 
-    def next_batch(self, state, step: int):
-        from prd_jax.rewards.math import grade
+    def next_batch(self, state, step: int, rows=None):
         from prd_jax.sampling import SamplingConfig
 
         rl = self.rl
@@ -211,17 +229,19 @@ class RLStage:
         scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
                               tuple(self.tok.stop_ids))
         t0 = time.perf_counter()
-        out = jax.device_get(self._generate(state.params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
+        out = _to_host(self._generate(state.params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
         t1 = time.perf_counter()
         g = rl.samples_per_prompt
         texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(self.rows)]
-        correct = np.array([grade(texts[r], chosen[r // g][1]) for r in range(self.rows)], np.float32)
+        correct = np.array([self.reward_fn(texts[r], chosen[r // g][1]) for r in range(self.rows)], np.float32)
         rewards = correct.reshape(-1, g)
         advantages = np.asarray(adv_lib.compute(rl.advantage, jnp.asarray(rewards))).reshape(-1)
         batch = sequences_to_batch(np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens,
                                    out.lengths, out.logprobs)
         batch.update(advantages=advantages.astype(np.float32), correct=correct)
         batch["ref_logp"] = self._ref_logp(batch)
+        if rows is not None:  # every host graded the (small) rollout; it feeds its own rows
+            batch = {k: v[np.asarray(rows)] for k, v in batch.items()}
         metrics = {"reward/mean": float(rewards.mean()), "accuracy": float(correct.mean()),
                    "response_length": float(out.lengths.mean()), "time/rollout_s": t1 - t0,
                    "time/reward_s": time.perf_counter() - t1,

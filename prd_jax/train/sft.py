@@ -53,8 +53,8 @@ class SFTStage:
         shape = (self.config.batch_size, self.config.data.seq_len)
         return {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
 
-    def next_batch(self, state, step):
-        return next(self.batches), {"data/epoch": float(self.batches.state()["epoch"])}
+    def next_batch(self, state, step, rows=None):
+        return self.batches.next_rows(rows), {"data/epoch": float(self.batches.state()["epoch"])}
 
     def data_state(self):
         return self.batches.state()

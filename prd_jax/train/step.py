@@ -52,7 +52,7 @@ def train_step(state: TrainState, batch: dict, *, loss_fn: Callable, optimizer, 
     (grads, total, count, sums), _ = jax.lax.scan(micro, (g0, 0.0, 0.0, zeros), batch)
     denom = jnp.maximum(count, 1.0)
     grads = jax.tree.map(lambda g: g / denom, grads)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     # A non-finite loss or gradient rejects the update: params and optimizer state stay.
@@ -60,7 +60,7 @@ def train_step(state: TrainState, batch: dict, *, loss_fn: Callable, optimizer, 
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
     params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
     metrics = {name: s / jnp.maximum(c, 1.0) for name, (s, c) in sums.items()}
-    metrics.update(loss=total / denom, tokens=count, grad_norm=grad_norm, param_norm=optax.global_norm(params),
+    metrics.update(loss=total / denom, tokens=count, grad_norm=grad_norm, param_norm=optax.tree.norm(params),
                    nonfinite=1.0 - finite.astype(jnp.float32))
     if schedule is not None:
         metrics["learning_rate"] = schedule(state.step)

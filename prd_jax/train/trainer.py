@@ -1,7 +1,7 @@
 """The one training loop (big_vision style), shared by SFT and RL stages.
 
-A *stage* supplies the data side: `abstract_batch()`, `loss_fn()`, `next_batch(state, step)
--> (batch, host_metrics)`, `data_state()` / `restore_data(state)` and optionally
+A *stage* supplies the data side: `abstract_batch()`, `loss_fn()`, `next_batch(state, step,
+rows) -> (batch, host_metrics)` (only the global batch rows `rows` this process feeds), `data_state()` / `restore_data(state)` and optionally
 `evaluate(params, step) -> metrics`. The loop owns the rest:
 
 - workdir: the resolved config (`config.json`), orbax checkpoints (`checkpoints/`),
@@ -10,7 +10,8 @@ A *stage* supplies the data side: `abstract_batch()`, `loss_fn()`, `next_batch(s
   killed and restarted ends bit-identical to an uninterrupted one on the same devices;
   metrics.jsonl lines after the restored step are dropped;
 - the step: compiled once with `.lower().compile()` (memory analysis logged), explicit
-  shardings, donated state; batches are placed as global arrays (works multi-host);
+  shardings, donated state; each process builds only the batch rows its devices hold and
+  they are assembled into global arrays (multi-host: no host holds the global batch);
 - saves every `config.checkpoint_every` steps (async, last `config.keep_checkpoints`), on
   SIGTERM, and at the end; a progress bar with ETA.
 """
@@ -30,7 +31,7 @@ import numpy as np
 from prd_jax.checkpoint import Checkpointer
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
-from prd_jax.train.step import compile_step, repeat_step, split_microbatches, train_step
+from prd_jax.train.step import compile_step, repeat_step, train_step
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,40 @@ def optimizer_from(config):
     return make_optimizer(cfg), make_schedule(cfg)
 
 
-def put_global(batch: dict, shardings: dict) -> dict:
-    """Host arrays (the same global batch on every process) -> global jax arrays."""
-    return jax.tree.map(lambda x, sh: jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx]),
-                        batch, shardings)
+def local_rows(batch_shardings: dict, abstract_batch: dict) -> list:
+    """Global batch rows this process's devices hold, for a microbatched `[A, B/A, ...]` layout
+    (row = a * B/A + i), sorted. Loaders materialise only these rows."""
+    key = next(iter(abstract_batch))
+    shape = abstract_batch[key].shape
+    per = shape[1]
+    rows = set()
+    for idx in batch_shardings[key].addressable_devices_indices_map(shape).values():
+        for a in range(*idx[0].indices(shape[0])):
+            rows.update(a * per + i for i in range(*idx[1].indices(per)))
+    return sorted(rows)
+
+
+def put_local(batch: dict, rows: list, shardings: dict, abstract_batch: dict) -> dict:
+    """This process's rows `[len(rows), ...]` -> global microbatched jax arrays `[A, B/A, ...]`.
+
+    Each device's block is gathered from the local rows (`make_array_from_callback` only asks
+    for addressable blocks), so the global batch never exists on one host.
+    """
+    where = {r: i for i, r in enumerate(rows)}
+
+    def place(x, sh, spec):
+        per = spec.shape[1]
+
+        def block(idx):
+            a_range = range(*idx[0].indices(spec.shape[0]))
+            i_range = range(*idx[1].indices(per))
+            take = [where[a * per + i] for a in a_range for i in i_range]
+            out = x[take].reshape(len(a_range), len(i_range), *x.shape[1:])
+            return out[(slice(None), slice(None)) + tuple(idx[2:])]
+
+        return jax.make_array_from_callback(spec.shape, sh, block)
+
+    return {k: place(batch[k], shardings[k], abstract_batch[k]) for k in abstract_batch}
 
 
 class MetricsLog:
@@ -129,6 +160,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     t0 = time.perf_counter()
     compiled, batch_sh = compile_step(step_fn, abstract, abstract_batch, mesh, shardings)
     log.info("train step compiled in %.1f s", time.perf_counter() - t0)
+    rows = local_rows(batch_sh, abstract_batch)
     holder = {"state": state, "step": step}
     ckpt.install_preemption_handler(
         lambda: (holder["step"], as_tree(holder["state"]), {"data": stage.data_state()}))
@@ -138,9 +170,9 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     try:
         while step < config.steps:
             t_data = time.perf_counter()
-            batch, host_metrics = stage.next_batch(state, step)
+            batch, host_metrics = stage.next_batch(state, step, rows)
             t_step = time.perf_counter()
-            state, device_metrics = compiled(state, put_global(split_microbatches(batch, accum), batch_sh))
+            state, device_metrics = compiled(state, put_local(batch, rows, batch_sh, abstract_batch))
             device_metrics = jax.device_get(device_metrics)
             t_end = time.perf_counter()
             step += 1
