@@ -128,15 +128,48 @@ def batch_size_multiple(mesh: Mesh) -> int:
     return math.prod(mesh.shape[a] for a in LOGICAL_RULES["batch"])
 
 
-def init_distributed(coordinator: Optional[str] = None, num_processes: Optional[int] = None,
-                     process_id: Optional[int] = None, cpu_collectives: str = "gloo") -> None:
-    """Start `jax.distributed` for multi-process runs (no-op for a single process).
+DISTRIBUTED_ENV = ("PRD_COORDINATOR", "PRD_NUM_PROCESSES", "PRD_PROCESS_ID")
 
+
+def init_distributed(coordinator: Optional[str] = None, num_processes: Optional[int] = None,
+                     process_id: Optional[int] = None, cpu_collectives: str = "gloo") -> str:
+    """Start `jax.distributed` as the environment says; returns how ("explicit", "slurm",
+    "tpu_pod", "single" or "already").
+
+    - explicit: arguments, else `PRD_COORDINATOR` (host:port), `PRD_NUM_PROCESSES`,
+      `PRD_PROCESS_ID` (local.sh and tests use these);
+    - SLURM (`SLURM_NTASKS` > 1) and TPU pods (`TPU_WORKER_HOSTNAMES` with several hosts,
+      or `MEGASCALE_COORDINATOR_ADDRESS`): `jax.distributed.initialize()` reads the cluster
+      from the environment;
+    - otherwise a single process: nothing to do.
     On CPU, cross-process collectives use `cpu_collectives` (gloo).
     """
-    if coordinator is None and num_processes in (None, 1):
-        return
+    import os
+
+    coordinator = coordinator or os.environ.get("PRD_COORDINATOR")
+    if num_processes is None and os.environ.get("PRD_NUM_PROCESSES"):
+        num_processes = int(os.environ["PRD_NUM_PROCESSES"])
+    if process_id is None and os.environ.get("PRD_PROCESS_ID"):
+        process_id = int(os.environ["PRD_PROCESS_ID"])
+    slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    tpu_pod = len(os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",")) > 1 or \
+        bool(os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"))
+    if coordinator:
+        if num_processes is None or process_id is None:
+            raise ValueError(f"coordinator {coordinator!r} given without PRD_NUM_PROCESSES/PRD_PROCESS_ID "
+                             "(num_processes and process_id are both required)")
+        how = "explicit"
+    elif slurm or tpu_pod:
+        how = "slurm" if slurm else "tpu_pod"
+    else:
+        return "single"
+    if jax.distributed.is_initialized():
+        return "already"
     if cpu_collectives:
         jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                               process_id=process_id)
+    if how == "explicit":
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                                   process_id=process_id)
+    else:
+        jax.distributed.initialize()
+    return how
