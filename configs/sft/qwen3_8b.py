@@ -11,10 +11,9 @@ buffers, which leaves too little of an H200's 141 GB.
 
 Command to run (weights: a local copy of the HF repo Qwen/Qwen3-8B; traces: a directory
 with train.jsonl [+ validation.jsonl], see `prd_jax.data.chat_traces`):
-    # v5p-128 (create + set up the slice first: launch/tpu_pod.sh create && ... setup)
-    CONFIG=configs/sft/qwen3_8b.py:v5p-128 WORKDIR=gs://BUCKET/sft_qwen3_8b \\
-    EXTRA_ARGS="--config.model.path=/data/Qwen3-8B --config.data.path=/data/sft_traces" \\
-        launch/tpu_pod.sh run
+    # v5p-128 (after `launch/tpu_pod.sh create` and `setup`, which stage weights and data)
+    TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/sft/qwen3_8b.py:v5p-128 \\
+        gs://BUCKET/sft_qwen3_8b --config.model.path=/data/Qwen3-8B --config.data.path=/data/sft_traces
     # 8xH200, one node
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/sft/qwen3_8b.py:8xh200 /ckpt/sft_qwen3_8b \\
         --config.model.path=/data/Qwen3-8B --config.data.path=/data/sft_traces
@@ -27,8 +26,8 @@ each node; keep one sequence per (data, fsdp) shard per microbatch:
 
 Settings: bf16 compute, fp32 params and AdamW state, remat per layer; sequences of 16384
 tokens, packed; 64 sequences (~1.05M tokens) per step; AdamW lr 1e-5, 50 warmup steps,
-cosine to 1e-6 at step 1000. The paper gives neither the SFT batch nor the step count:
-these are our choices. Held-out eval is off (eval_every=0): `trainer.eval_loss` runs a
+cosine to 1e-6 at step 1000. The batch, step count and schedule are our choices, not
+numbers taken from the paper. Held-out eval is off (eval_every=0): `trainer.eval_loss` runs a
 whole global batch in one unsharded call, which does not fit at this size.
 
 Expected (an ESTIMATE, not measured: no run at this scale has been made): ~9.9e10 FLOPs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
+import flax
 import jax
 import jax.numpy as jnp
 
@@ -50,14 +51,44 @@ def per_sample(keys: Array, m: int) -> Array:
     return jax.vmap(lambda k: jax.vmap(lambda j: jax.random.fold_in(k, j))(jnp.arange(m)))(keys).reshape(-1)
 
 
-def call(lm, segments, keys, ctx, max_new: int, num_samples: int):
-    """One batched model call with one key per prompt row.
+@dataclasses.dataclass
+class CallOut:
+    """A batched call's outputs `[R*M, ...]`; unpacks as (tokens, lengths, in_tokens, overflow).
 
-    Returns (tokens [R*M, N], lengths, in_tokens [R*M], overflow [R]).
-    """
+    `prompts`/`prompt_lengths` (left-padded, repeated per sample) and the sampler's
+    `logprobs` are what RL needs to train on the call (`RoundTrace`)."""
+
+    tokens: Array
+    lengths: Array
+    in_tokens: Array
+    overflow: Array
+    prompts: Array
+    logprobs: Array
+
+    def __iter__(self):
+        return iter((self.tokens, self.lengths, self.in_tokens, self.overflow))
+
+    def trace(self, b: int, m: int) -> "RoundTrace":
+        return RoundTrace(self.prompts.reshape(b, m, -1), self.in_tokens.reshape(b, m),
+                          self.logprobs.reshape(b, m, -1))
+
+
+@flax.struct.dataclass
+class RoundTrace:
+    """One round's M calls per problem as RL sees them: left-padded prompts `[B, M, C]`
+    (template, problem and workspace), prompt lengths `[B, M]`, completion logprobs `[B, M, N]`."""
+
+    prompts: Array
+    prompt_lengths: Array
+    logprobs: Array
+
+
+def call(lm, segments, keys, ctx, max_new: int, num_samples: int) -> CallOut:
+    """One batched model call with one key per prompt row (M = `num_samples` per row)."""
     prompts, plen, overflow = assemble(segments, width(segments), ctx.pad_id)
     out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples))
-    return out.tokens, out.lengths, jnp.repeat(plen, num_samples), overflow
+    return CallOut(out.tokens, out.lengths, jnp.repeat(plen, num_samples), overflow,
+                   rows(prompts, num_samples), out.logprobs)
 
 
 def rows(x: Array, per: int) -> Array:

@@ -61,6 +61,7 @@ class Context:
     grader: Any = None  # host object with .correct(cand_tok, cand_len, ans_tok, ans_len) -> bool[R]
     parser: Any = None  # host callable (tokens, lengths, *, tags) -> int32 [R, T], 0 = missing
     answer_ids: Any = None  # host callable (cand_tok [B, N, L], cand_len [B, N]) -> int32 [B, N]
+    trace: bool = False  # return each round's prompts and logprobs (RL rollouts)
 
 
 @flax.struct.dataclass
@@ -77,6 +78,7 @@ class OperatorResult:
     round_tokens: tuple
     round_lengths: tuple
     judge_unparsed: Array
+    round_traces: tuple = ()  # RoundTrace per round when Context.trace (Long-CoT, SR, PDR)
 
     @property
     def b_seq(self) -> Array:
@@ -87,11 +89,12 @@ class OperatorResult:
         return self.calls.b_total
 
 
-def _result(final_t, final_l, calls, workspace, truncs, rounds_t, rounds_l, unparsed=None) -> OperatorResult:
+def _result(final_t, final_l, calls, workspace, truncs, rounds_t, rounds_l, unparsed=None,
+            traces=()) -> OperatorResult:
     b = final_t.shape[0]
     unparsed = jnp.zeros((b,), jnp.int32) if unparsed is None else unparsed.astype(jnp.int32)
     return OperatorResult(final_t, final_l, calls, workspace[0], workspace[1], truncs.astype(jnp.int32),
-                          tuple(rounds_t), tuple(rounds_l), unparsed)
+                          tuple(rounds_t), tuple(rounds_l), unparsed, tuple(traces))
 
 
 def _no_workspace(b: int):
@@ -102,9 +105,11 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1)
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1)
+    tok, length, in_tok, overflow = out
     calls = CallLog.from_groups([group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")])
-    return _result(tok, length, calls, _no_workspace(b), overflow, [tok[:, None]], [length[:, None]])
+    return _result(tok, length, calls, _no_workspace(b), overflow, [tok[:, None]], [length[:, None]],
+                   traces=[out.trace(b, 1)] if ctx.trace else ())
 
 
 def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorResult:
@@ -165,10 +170,10 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1)
     extra = ExtraCalls(r, "summary", s_in[:, None], s_len[:, None], before=True)
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
-    tok, length, in_tok, over = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
+    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
     parent = jnp.broadcast_to(jnp.arange(m_next)[None, :] % m_prev, (b, m_next))
     workspace = assemble([(s_tok, s_len)], s_tok.shape[1], ctx.pad_id)[:2]
-    return tok, length, in_tok, parent, [extra], workspace, cut + s_over + over, jnp.zeros((b,), jnp.int32)
+    return out, parent, [extra], workspace, cut + s_over + out.overflow, jnp.zeros((b,), jnp.int32)
 
 
 def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_next):
@@ -195,14 +200,14 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:
-        tok, length, in_tok, over = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
-        truncs = cut + over
+        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
+        truncs = cut + out.overflow
     else:
-        tok, length, in_tok, over = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1)
-        truncs = (cut + over).reshape(b, m_next).sum(axis=1)
+        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1)
+        truncs = (cut + out.overflow).reshape(b, m_next).sum(axis=1)
         ws_t, ws_l = ws_t.reshape(b, m_next, -1)[:, 0], ws_l.reshape(b, m_next)[:, 0]
     # judge calls rate the previous round's candidates: they belong to round r - 1
-    return tok, length, in_tok, parent, sel.extra(r - 1), (ws_t, ws_l), truncs, sel.unparsed
+    return out, parent, sel.extra(r - 1), (ws_t, ws_l), truncs, sel.unparsed
 
 
 def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> OperatorResult:
@@ -210,7 +215,9 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     b = problems.tokens.shape[0]
     sched = spec.schedule
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0])
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0])
+    tok, length, in_tok, overflow = out
+    traces = [out.trace(b, sched[0])]
     n = tok.shape[1]
     cand_t, cand_l = tok.reshape(b, sched[0], n), length.reshape(b, sched[0])
     gen = [(in_tok.reshape(b, sched[0]), cand_l, "draft")]
@@ -221,8 +228,10 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     workspace = _no_workspace(b)
     round_fn = _summary_round if spec.distill == "global_summary" else _extractive_round
     for r in range(2, len(sched) + 1):
-        tok, length, in_tok, parent, calls, workspace, cut, bad = round_fn(
+        out, parent, calls, workspace, cut, bad = round_fn(
             lm, problems, cand_t, cand_l, fold(key, r), spec, ctx, r, sched[r - 2], sched[r - 1])
+        tok, length, in_tok = out.tokens, out.lengths, out.in_tokens
+        traces.append(out.trace(b, sched[r - 1]))
         extra += calls
         truncs, unparsed = truncs + cut, unparsed + bad
         cand_t, cand_l = tok.reshape(b, sched[r - 1], n), length.reshape(b, sched[r - 1])
@@ -231,7 +240,8 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
         rounds_t.append(cand_t)
         rounds_l.append(cand_l)
     calls = path_calls(gen, parents, extra, jnp.zeros((b,), jnp.int32))
-    return _result(cand_t[:, 0], cand_l[:, 0], calls, workspace, truncs, rounds_t, rounds_l, unparsed)
+    return _result(cand_t[:, 0], cand_l[:, 0], calls, workspace, truncs, rounds_t, rounds_l, unparsed,
+                   traces if ctx.trace else ())
 
 
 OPERATORS = {LongCoT: long_cot, SR: sr, PDR: pdr}

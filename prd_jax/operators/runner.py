@@ -22,13 +22,14 @@ log = logging.getLogger(__name__)
 
 
 def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
-                 k_max: int = 16, templates: Optional[dict] = None) -> Context:
-    """Compile the default (or given) templates for `tokenizer` into an operator Context."""
+                 k_max: int = 16, templates: Optional[dict] = None, trace: bool = False) -> Context:
+    """Compile the default (or given) templates for `tokenizer` into an operator Context
+    (`trace`: operators also return each round's prompts and logprobs, for RL)."""
     chosen = {t.name: t for t in P.DEFAULT_TEMPLATES}
     chosen.update(templates or {})
     compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
     return Context(compiled, RatingTokens.from_tokenizer(tokenizer), sampling, tokenizer.pad_id, grader,
-                   RatingParser(tokenizer), AnswerGrouper(tokenizer))
+                   RatingParser(tokenizer), AnswerGrouper(tokenizer), trace)
 
 
 def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],

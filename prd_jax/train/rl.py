@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,6 +27,8 @@ from prd_jax.operators import prompts as P
 from prd_jax.train import advantages as adv_lib
 from prd_jax.train.losses import aggregate, aux_sft_weights, k3_kl, policy_loss, token_entropy, token_logprobs
 
+GRADIENT_TARGETS = ("refine", "drafts_and_refine")
+VERIFIERS = ("none", "pairwise", "pointwise")
 ROLLOUT_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights", "old_logp", "ref_logp",
                 "advantages", "correct")
 
@@ -48,6 +51,18 @@ class RLConfig:
     kl_coef: float = 0.0
     aux_sft_coef: float = 0.1
     updates_per_batch: int = 1
+    # operator-consistent RL (PDR paper §3.3): share of each step's prompts given PDR-round rollouts
+    operator_fraction: float = 0.0
+    operator: Any = None  # PDR spec (from a dict of PDR fields)
+    gradient_targets: str = "refine"
+    # V1 §5 self-verification objective
+    verifier: str = "none"
+    verifier_coef: float = 1.0
+    verifier_threshold: float = 0.2
+    verifier_pairs_per_prompt: int = 4
+    verifier_max_new_tokens: int = 64
+    verifier_candidate_max_tokens: int = 128
+    seed_offset: int = 0
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
@@ -62,10 +77,32 @@ class RLConfig:
             raise ValueError(f"config.rl.aggregation={self.aggregation!r}; allowed: token_mean, seq_mean_token_mean")
         if self.kl_coef < 0 or self.aux_sft_coef < 0:
             raise ValueError("config.rl.kl_coef and config.rl.aux_sft_coef must be >= 0")
+        if not 0.0 <= self.operator_fraction <= 1.0:
+            raise ValueError(f"config.rl.operator_fraction={self.operator_fraction}; allowed: [0, 1]")
+        if self.gradient_targets not in GRADIENT_TARGETS:
+            raise ValueError(f"config.rl.gradient_targets={self.gradient_targets!r}; allowed: {GRADIENT_TARGETS}")
+        if self.verifier not in VERIFIERS:
+            raise ValueError(f"config.rl.verifier={self.verifier!r}; allowed: {VERIFIERS}")
+        if self.operator_fraction > 0:
+            from prd_jax.operators.specs import PDR
+
+            if self.operator is None:
+                raise ValueError("config.rl.operator_fraction > 0 needs config.rl.operator (PDR fields)")
+            if not isinstance(self.operator, PDR):
+                op = self.operator.to_dict() if hasattr(self.operator, "to_dict") else dict(self.operator)
+                unknown = set(op) - set(PDR.__dataclass_fields__)
+                if unknown:
+                    raise ValueError(f"config.rl.operator: unknown fields {sorted(unknown)}; "
+                                     f"allowed: {sorted(PDR.__dataclass_fields__)}")
+                if "schedule" in op:
+                    op["schedule"] = tuple(op["schedule"])
+                object.__setattr__(self, "operator", PDR(**op))
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
         rl = config.rl.to_dict() if hasattr(config.rl, "to_dict") else dict(config.rl)
+        if isinstance(rl.get("operator"), dict) and not rl["operator"]:
+            rl["operator"] = None
         unknown = set(rl) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"config.rl: unknown fields {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}")
@@ -131,29 +168,52 @@ def _to_host(tree):
 
 
 class RLStage:
-    """Data side of RL for `trainer.fit`: problems, rollouts, rewards, advantages."""
+    """Data side of RL for `trainer.fit`: problems, rollouts, rewards, advantages.
+
+    Each step's `prompts_per_step` problems are split: the first (1 - operator_fraction)
+    get standard long-trace rollouts (G samples, prefill-once fan-out), the rest get G
+    PDR-round rollouts each through the eval operator (`operator_rl.OperatorRollouts`).
+    With `verifier` set, V1 verifier rows are built from the standard rollouts. All row
+    groups are right-padded to one width and trained on in one update.
+    """
 
     def __init__(self, config, cfg, tokenizer, mesh):
+        from prd_jax.model.decoder import param_shapes
+        from prd_jax.train import operator_rl
         from prd_jax.train.setup import rl_problems
 
         self.config, self.cfg, self.tok, self.mesh = config, cfg, tokenizer, mesh
-        self.rl = RLConfig.from_config(config)
-        rows = rl_problems(config)
+        self.rl = rl = RLConfig.from_config(config)
         self.problems, self.skipped = [], 0
-        for row in rows:
+        for row in rl_problems(config):
             ids = self.prompt_ids(row["problem"])
-            if len(ids) > self.rl.max_prompt_tokens:
+            if len(ids) > rl.max_prompt_tokens or len(tokenizer.encode(row["problem"])) > rl.max_prompt_tokens:
                 self.skipped += 1
                 continue
-            self.problems.append((ids, str(row["answer"])))
-        if len(self.problems) < self.rl.prompts_per_step:
+            self.problems.append((ids, str(row["answer"]), row["problem"]))
+        if len(self.problems) < rl.prompts_per_step:
             raise ValueError(f"{len(self.problems)} problems fit config.rl.max_prompt_tokens="
-                             f"{self.rl.max_prompt_tokens} ({self.skipped} too long); need at least "
-                             f"config.rl.prompts_per_step={self.rl.prompts_per_step}")
+                             f"{rl.max_prompt_tokens} ({self.skipped} too long); need at least "
+                             f"config.rl.prompts_per_step={rl.prompts_per_step}")
+        self.num_operator = int(round(rl.prompts_per_step * rl.operator_fraction))
+        self.num_standard = rl.prompts_per_step - self.num_operator
+        if rl.verifier != "none" and self.num_standard == 0:
+            raise ValueError("config.rl.verifier needs standard rollouts: operator_fraction must be < 1")
         self.epoch, self.offset = 0, 0
         self.ref_params = None
         self.reward_fn = _math_reward  # (completion text, gold answer) -> reward
         self._generate = jax.jit(self._rollout_fn, static_argnames=("scfg",))
+        self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, mesh, rl.operator, self.num_operator)
+                         if self.num_operator else None)
+        self.verifier = (operator_rl.VerifierRollouts(rl, cfg, tokenizer, mesh, self.num_standard)
+                         if rl.verifier != "none" else None)
+        shapes = param_shapes(cfg)
+        widths = [rl.max_prompt_tokens + rl.max_new_tokens - 1] if self.num_standard else []
+        widths += self.operator.widths(shapes) if self.operator else []
+        widths += [self.verifier.width(shapes)] if self.verifier else []
+        self.width = max(widths)
+        self.rows = (self.num_standard * rl.samples_per_prompt + (self.operator.rows if self.operator else 0)
+                     + (self.verifier.rows if self.verifier else 0))
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:
@@ -179,12 +239,8 @@ class RLStage:
         self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
 
     # -- shapes and loss
-    @property
-    def rows(self) -> int:
-        return self.rl.prompts_per_step * self.rl.samples_per_prompt
-
     def abstract_batch(self):
-        t = self.rl.max_prompt_tokens + self.rl.max_new_tokens - 1
+        t = self.width
         shapes = {k: ((self.rows, t), jnp.float32) for k in ("weights", "old_logp", "ref_logp")}
         shapes.update({k: ((self.rows, t), jnp.int32) for k in ("inputs", "targets", "positions", "segment_ids")})
         shapes.update(advantages=((self.rows,), jnp.float32), correct=((self.rows,), jnp.float32))
@@ -197,7 +253,7 @@ class RLStage:
     def loss_fn(self):
         return rl_loss_fn(self.cfg, self.mesh, self.rl)
 
-    # -- rollout
+    # -- rollouts
     def _rollout_fn(self, params, prompts, lengths, keys, scfg):
         from prd_jax.operators.lm import ModelLM
 
@@ -213,39 +269,70 @@ class RLStage:
         keys = ("inputs", "positions", "segment_ids", "targets")
         return np.asarray(_to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
 
-    def next_batch(self, state, step: int, rows=None):
+    def _advantages(self, rewards: np.ndarray) -> np.ndarray:
+        return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
+
+    def _standard(self, params, key, chosen):
         from prd_jax.sampling import SamplingConfig
+
+        rl, g = self.rl, self.rl.samples_per_prompt
+        pw = rl.max_prompt_tokens
+        prompts = np.full((len(chosen), pw), self.tok.pad_id, np.int32)
+        lengths = np.array([len(c[0]) for c in chosen], np.int32)
+        for i, c in enumerate(chosen):
+            prompts[i, pw - len(c[0]):] = c[0]
+        keys = jax.random.split(key, len(chosen))
+        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, g, tuple(self.tok.stop_ids))
+        t0 = time.perf_counter()
+        out = _to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
+        t1 = time.perf_counter()
+        rows = len(chosen) * g
+        texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(rows)]
+        correct = np.array([self.reward_fn(texts[r], chosen[r // g][1]) for r in range(rows)], np.float32)
+        batch = sequences_to_batch(np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens,
+                                   out.lengths, out.logprobs)
+        batch.update(advantages=self._advantages(correct.reshape(-1, g)).reshape(-1).astype(np.float32),
+                     correct=correct)
+        metrics = {"reward/standard": float(correct.mean()), "accuracy/standard": float(correct.mean()),
+                   "length/standard": float(out.lengths.mean()), "time/rollout_s": t1 - t0,
+                   "rollout/tokens_per_s": float(out.lengths.sum()) / max(t1 - t0, 1e-9)}
+        return batch, metrics, (out.tokens, out.lengths - out.stopped.astype(np.int32), correct)
+
+    def next_batch(self, state, step: int, rows=None):
+        from prd_jax.train.operator_rl import pad_group
 
         rl = self.rl
         if rl.kl_coef and self.ref_params is None:
             self.ref_params = jax.tree.map(jnp.copy, state.params)  # frozen reference: the starting policy
         chosen = self._take(rl.prompts_per_step)
-        pw = rl.max_prompt_tokens
-        prompts = np.full((len(chosen), pw), self.tok.pad_id, np.int32)
-        lengths = np.array([len(ids) for ids, _ in chosen], np.int32)
-        for i, (ids, _) in enumerate(chosen):
-            prompts[i, pw - len(ids):] = ids
-        keys = jax.random.split(jax.random.fold_in(state.rng, step), len(chosen))
-        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
-                              tuple(self.tok.stop_ids))
-        t0 = time.perf_counter()
-        out = _to_host(self._generate(state.params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
-        t1 = time.perf_counter()
-        g = rl.samples_per_prompt
-        texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(self.rows)]
-        correct = np.array([self.reward_fn(texts[r], chosen[r // g][1]) for r in range(self.rows)], np.float32)
-        rewards = correct.reshape(-1, g)
-        advantages = np.asarray(adv_lib.compute(rl.advantage, jnp.asarray(rewards))).reshape(-1)
-        batch = sequences_to_batch(np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens,
-                                   out.lengths, out.logprobs)
-        batch.update(advantages=advantages.astype(np.float32), correct=correct)
+        standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
+        step_key = jax.random.fold_in(state.rng, step)
+        groups, metrics, t0 = [], {}, time.perf_counter()
+        if standard:
+            batch, m, rollouts = self._standard(state.params, jax.random.fold_in(step_key, 0), standard)
+            groups.append(batch)
+            metrics.update(m)
+        if operator:
+            t1 = time.perf_counter()
+            op_groups, m = self.operator(state.params, jax.random.fold_in(step_key, 1),
+                                         [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages)
+            groups += op_groups
+            metrics.update(m, **{"time/operator_rollout_s": time.perf_counter() - t1})
+        if self.verifier:
+            rng = np.random.default_rng([self.config.seed, rl.seed_offset, step])
+            batch, m = self.verifier(state.params, jax.random.fold_in(step_key, 2),
+                                     [self.tok.encode(c[2]) for c in standard], *rollouts, rng)
+            groups.append(batch)
+            metrics.update(m)
+        batch = {k: np.concatenate([pad_group(g, self.width, self.tok.pad_id)[k] for g in groups])
+                 for k in groups[0]}
         batch["ref_logp"] = self._ref_logp(batch)
         if rows is not None:  # every host graded the (small) rollout; it feeds its own rows
             batch = {k: v[np.asarray(rows)] for k, v in batch.items()}
-        metrics = {"reward/mean": float(rewards.mean()), "accuracy": float(correct.mean()),
-                   "response_length": float(out.lengths.mean()), "time/rollout_s": t1 - t0,
-                   "time/reward_s": time.perf_counter() - t1,
-                   "rollout/tokens_per_s": float(out.lengths.sum()) / max(t1 - t0, 1e-9),
-                   "rollout/compilations": float(self._generate._cache_size())}
+        trained = [k for k in ("standard", "operator") if f"reward/{k}" in metrics]
+        metrics["reward/mean"] = float(np.mean([metrics[f"reward/{k}"] for k in trained]))
+        metrics["accuracy"] = metrics["reward/mean"]
+        metrics["response_length"] = float(np.mean([metrics[f"length/{k}"] for k in trained]))
+        metrics["time/rollouts_total_s"] = time.perf_counter() - t0
+        metrics["rollout/compilations"] = float(self._generate._cache_size())
         return batch, metrics
-

@@ -63,9 +63,28 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
         from prd_jax.model.loader import load
 
         tokenizer = load(config.model.name, config.model.get("path") or None).tokenizer
+    if config.get("continual"):
+        check_continual(config)
     if init == "checkpoint":
         params = checkpoint_params(config.model.init_workdir, cfg, mesh)
     return cfg, params, tokenizer
+
+
+def check_continual(config) -> None:
+    """Continual PDR-RL (PDR paper §4.2) starts from a *baseline RL* run: its workdir's config
+    must be an RL stage without operator rollouts."""
+    import json
+    import os
+
+    path = os.path.join(config.model.init_workdir or "", "config.json")
+    if config.model.init != "checkpoint" or not os.path.exists(path):
+        raise ValueError("config.continual=True needs config.model.init='checkpoint' and "
+                         f"config.model.init_workdir set to a baseline RL workdir (no {path})")
+    base = json.load(open(path))
+    if base.get("stage") != "rl" or base.get("rl", {}).get("operator_fraction", 0.0) > 0:
+        raise ValueError(f"config.model.init_workdir={config.model.init_workdir!r} is not a baseline RL run "
+                         f"(stage={base.get('stage')!r}, operator_fraction="
+                         f"{base.get('rl', {}).get('operator_fraction')}); continual mode needs one")
 
 
 def checkpoint_params(workdir: str, cfg: ModelConfig, mesh):

@@ -1,0 +1,93 @@
+"""Baseline long-trace RL of the SFT'd Qwen3-8B with verifiable math rewards: the PDR paper's
+(arXiv 2510.01123) RL recipe, objective from §3.3 and setup from §4.2. Paper scale: pods only.
+
+From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1), 32
+rollouts per prompt, a global rollout batch of 1024 sequences (32 prompts x 32), a 16k
+thinking budget, temperature 1.0 and top-p 1.0, lr 1e-6. Our choices: group-normalised
+(GRPO) advantages, token-mean aggregation, importance-weight clip bounds 0.2 / 0.28 (project
+defaults), one on-policy update per batch, no KL term, 10 warmup steps, 200 steps.
+`rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so operator RL
+(configs that roll out PDR) can share these shapes.
+
+Data: `data.source` names a problem set of `prd_jax.data.paths.DATASETS` ({id, problem,
+answer} JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k_train" is a placeholder: the
+paper trains on its own math RL mix; add that file to `DATASETS` and set --config.data.source.
+
+The arg picks the hardware, as in configs/sft/qwen3_8b.py (same mesh):
+  v5p-128  64 TPU v5p chips: "data=1,fsdp=16,tensor=4", 64 microbatches of 16 sequences
+  8xh200   one node of 8 H200: "fsdp=2,tensor=4", 512 microbatches of 2 sequences
+Each update microbatch holds one sequence of 10240 + 16384 - 1 tokens per (data, fsdp)
+shard (grad_accum_steps = 1024 / (data * fsdp)).
+
+Command to run (after the SFT stage; model.path is still needed for the tokenizer):
+    # v5p-128
+    TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b.py:v5p-128 \\
+        gs://BUCKET/rl_qwen3_8b --config.model.init_workdir=gs://BUCKET/sft_qwen3_8b \\
+        --config.model.path=/data/Qwen3-8B --config.data.data_dir=/data/prd_data
+    # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
+    sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b \\
+        --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\
+        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B
+    # one 8xH200 node: only a reduced batch fits (64 sequences; NOT the paper setting)
+    sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b_small \\
+        --config.rl.prompts_per_step=2 --config.grad_accum_steps=32 \\
+        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B
+N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
+
+Why one node is not enough: the whole rollout batch is sampled in one compiled call, and
+its bf16 KV cache is 1024 rows x 26624 slots x 144 KiB (36 layers x 8 kv heads x 128 x
+k,v) = 4.0 TB: 63 GB per device on v5p-128 or on 64 H200, 503 GB per GPU on one node.
+
+Expected (an ESTIMATE, not measured: no run at this scale has been made):
+- rollout: each decode step reads the device's whole KV cache (63 GB at 2.76 TB/s on v5p:
+  >= 23 ms), so 16384 steps take >= 6 min; with FSDP weight gathers, ~10-20 min on
+  v5p-128; on 64 H200 (4.8 TB/s) >= 3.6 min, ~6-12 min.
+- update: 1024 x 26623 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.6B +
+  dense attention, x4/3 remat) = 3.4e18 FLOPs; at an assumed 35% of peak bf16, ~5.5 min
+  on v5p-128 and ~2.5 min on 64 H200.
+- so ~15-25 min per step on v5p-128 (200 steps: ~2-3.5 days), ~9-15 min on 8 H200 nodes;
+  the reduced one-node batch: ~5-8 min per step.
+The update's memory analysis is logged at compile time (dense attention over 26.6k tokens
+dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
+    --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
+"""
+
+import os
+
+import ml_collections
+
+from prd_jax.config_io import load_config
+
+ARGS = ("v5p-128", "8xh200")
+SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "qwen3_8b.py")
+# grad_accum_steps = rollout rows / (data * fsdp): one sequence per batch shard per microbatch.
+GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
+
+
+def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/qwen3_8b.py: arg {arg!r} unknown; allowed: {ARGS} "
+                         "(e.g. --config configs/rl/qwen3_8b.py:v5p-128)")
+    c = load_config(f"{SFT}:{arg}")  # same model, tokenizer, dtypes and mesh as the SFT stage
+    c.stage = "rl"
+    c.model.init = "checkpoint"
+    c.model.init_workdir = ""  # required: the SFT run's workdir (--config.model.init_workdir=...)
+    c.data = ml_collections.ConfigDict(dict(
+        source="gsm8k_train",  # placeholder for the paper's math RL mix (see the docstring)
+        data_dir="",  # default: $PRD_DATA_DIR
+        num_train=0))  # 0: every problem of the set
+    c.rl = ml_collections.ConfigDict(dict(
+        prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
+        temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
+        aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1))
+    c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
+    c.grad_accum_steps = GRAD_ACCUM[arg]
+    c.optim = ml_collections.ConfigDict(dict(
+        learning_rate=1e-6, warmup_steps=10, decay_steps=0, schedule="constant", end_lr_fraction=1.0,
+        weight_decay=0.0, grad_clip_norm=1.0))
+    c.steps = 200
+    c.checkpoint_every = 10
+    c.keep_checkpoints = 3
+    c.eval_every = 0
+    c.max_nonfinite_steps = 5
+    return c

@@ -1,0 +1,258 @@
+"""Operator-consistent RL rollouts and V1 self-verification rows (PDR paper §3.3, §4.2; V1 §5).
+
+- PDR-round rollouts call `prd_jax.operators.runner.run_operator`, the very function the
+  eval harness calls (with `Context.trace` on, it also returns each round's prompts and
+  sampler logprobs). The refine call's completion is trained on with its reward; with
+  `gradient_targets="drafts_and_refine"` the drafts are trained on too, each kind in its
+  own advantage group. Prompts (template, problem, workspace) carry weight 0: only
+  completion tokens get gradient.
+- V1-PairRL / PointRL rows: verifier prompts built from the step's own standard rollouts,
+  answered by the policy (reasoning + rating tags), rewarded by the threshold reward of
+  `verifier_reward`. Strict pairing: only pairs with at least one correct solution.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prd_jax.operators.judges import RatingParser
+
+
+def verifier_reward(ratings: np.ndarray, labels: np.ndarray, threshold: float = 0.2) -> np.ndarray:
+    """V1 §5: r = (1/|S|) sum_s 1(|v_s - y_s| <= threshold) (1 - |v_s - y_s|), v = (rating - 1) / 9.
+
+    `ratings [R, S]` in 1..10 (0 = unparsed: that slot earns 0), `labels [R, S]` in {0, 1};
+    S = 2 (pairwise, the paper's 1/2 sum over A and B) or 1 (pointwise).
+    """
+    ratings = np.asarray(ratings, np.float64)
+    v = (ratings - 1.0) / 9.0
+    gap = np.abs(v - np.asarray(labels, np.float64))
+    per_slot = np.where((ratings >= 1) & (gap <= threshold + 1e-12), 1.0 - gap, 0.0)
+    return per_slot.mean(axis=1)
+
+
+def strict_pairs(correct: np.ndarray, rng: np.random.Generator, num_pairs: int) -> list:
+    """Up to `num_pairs` distinct pairs (i, j), i < j, of a group's rollouts drawn uniformly from
+    the admissible ones (at least one correct; V1 §5 strict pairing). Slot order (A, B) is a
+    fair coin, so the verifier cannot learn a position shortcut."""
+    g = len(correct)
+    admissible = [(i, j) for i in range(g) for j in range(i + 1, g) if correct[i] or correct[j]]
+    if not admissible:
+        return []
+    chosen = rng.choice(len(admissible), size=min(num_pairs, len(admissible)), replace=False)
+    out = []
+    for c in sorted(chosen):
+        i, j = admissible[c]
+        out.append((j, i) if rng.random() < 0.5 else (i, j))
+    return out
+
+
+def pairwise_winner_agrees(ratings: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Whether the pair's higher-rated side is a correct one (ties and unparsed: no), per row."""
+    a, b = ratings[:, 0], ratings[:, 1]
+    parsed = (a >= 1) & (b >= 1)
+    return parsed & (((a > b) & (labels[:, 0] == 1)) | ((b > a) & (labels[:, 1] == 1)))
+
+
+def parse_ratings(tokenizer, tokens: np.ndarray, lengths: np.ndarray, pairwise: bool) -> np.ndarray:
+    tags = ("rating_A", "rating_B") if pairwise else ("rating",)
+    return RatingParser(tokenizer)(tokens, lengths, tags=tags)
+
+
+def pad_group(group: dict, width: int, pad_id: int) -> dict:
+    """Right-pad a row group's `[R, T]` arrays to `[R, width]` (weight 0, segment 0)."""
+    out = {}
+    for k, v in group.items():
+        if v.ndim == 2 and v.shape[1] < width:
+            fill = pad_id if k in ("inputs", "targets") else 0
+            v = np.concatenate([v, np.full((v.shape[0], width - v.shape[1]), fill, v.dtype)], axis=1)
+        out[k] = v
+    return out
+
+
+class OperatorRollouts:
+    """PDR-round rollouts through the eval operator (`runner.run_operator` with traces)."""
+
+    def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int):
+        from prd_jax.operators.runner import make_context
+        from prd_jax.operators.specs import Sampling
+
+        self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
+        self.num_problems, self.g = num_problems, rl.samples_per_prompt
+        self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)),
+                                k_max=max(spec.schedule), kappa=spec.kappa, trace=True)
+        self.drafts = rl.gradient_targets == "drafts_and_refine"
+
+    def _problems(self, chosen):
+        from prd_jax.operators.runner import encode_problems
+
+        texts = [p for p, _ in chosen for _ in range(self.g)]
+        answers = [a for _, a in chosen for _ in range(self.g)]
+        return encode_problems(self.tok, texts, answers, self.rl.max_prompt_tokens, width=self.rl.max_prompt_tokens)[0]
+
+    def _run(self, params, problems, keys):
+        from prd_jax.operators.lm import ModelLM
+        from prd_jax.operators.runner import run_operator
+
+        return run_operator(ModelLM(params, self.cfg, self.tok.pad_id, self.mesh), problems, keys, self.spec, self.ctx)
+
+    def widths(self, params) -> list:
+        """Sequence widths `prompt + completion - 1` of the trained rounds (from shapes only)."""
+        import jax
+
+        fake = [("x", "0")] * self.num_problems
+        keys = jax.random.split(jax.random.key(0), self.num_problems * self.g)
+        out = jax.eval_shape(self._run, params, self._problems(fake), keys)
+        traces = out.round_traces if self.drafts else out.round_traces[-1:]
+        return [t.prompts.shape[2] + out.round_tokens[i if self.drafts else -1].shape[2] - 1
+                for i, t in enumerate(traces)]
+
+    @property
+    def rows(self) -> int:
+        m = self.spec.schedule[0] if self.drafts else 0
+        return self.num_problems * self.g * (1 + m)
+
+    def __call__(self, params, key, chosen, reward_fn, advantage):
+        """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each)."""
+        import jax
+
+        from prd_jax.train.rl import sequences_to_batch
+
+        problems = self._problems(chosen)
+        keys = jax.random.split(key, len(chosen) * self.g)
+        out = jax.device_get(self._run(params, problems, keys))
+        answers = [a for _, a in chosen for _ in range(self.g)]
+        groups, metrics = [], {}
+        rounds = [(len(self.spec.schedule) - 1, "operator")] + ([(0, "draft")] if self.drafts else [])
+        for r, name in rounds:
+            tr = out.round_traces[r]
+            tok, lens = np.asarray(out.round_tokens[r]), np.asarray(out.round_lengths[r])  # [R, M, N]
+            rr, m = lens.shape
+            flat_t, flat_l = tok.reshape(rr * m, -1), lens.reshape(-1)
+            texts = [self.tok.decode(flat_t[i, :flat_l[i]].tolist()) for i in range(rr * m)]
+            correct = np.array([reward_fn(texts[i], answers[i // m]) for i in range(rr * m)], np.float32)
+            # one advantage group per problem: its G runs (x M drafts)
+            adv = np.asarray(advantage(correct.reshape(len(chosen), self.g * m))).reshape(-1)
+            batch = sequences_to_batch(np.asarray(tr.prompts).reshape(rr * m, -1),
+                                       np.asarray(tr.prompt_lengths).reshape(-1), flat_t, flat_l,
+                                       np.asarray(tr.logprobs).reshape(rr * m, -1))
+            batch.update(advantages=adv.astype(np.float32), correct=correct)
+            groups.append(batch)
+            metrics.update({f"reward/{name}": float(correct.mean()), f"accuracy/{name}": float(correct.mean()),
+                            f"length/{name}": float(flat_l.mean())})
+        metrics["workspace_length"] = float(np.asarray(out.workspace_lengths).mean())
+        metrics["operator/b_seq"] = float(np.asarray(out.b_seq).mean())
+        metrics["operator/b_total"] = float(np.asarray(out.b_total).mean())
+        return groups, metrics
+
+
+def _head_tail(tokens: np.ndarray, lengths: np.ndarray, cap: int) -> tuple:
+    """Cap rows at `cap` tokens keeping the first cap//4 and the last ones (the answer)."""
+    head = cap // 4
+    out = np.zeros((len(lengths), cap), tokens.dtype)
+    new_len = np.minimum(lengths, cap)
+    for i, n in enumerate(lengths):
+        row = tokens[i, :n]
+        if n > cap:
+            row = np.concatenate([row[:head], row[n - (cap - head):]])
+        out[i, :len(row)] = row
+    return out, new_len
+
+
+class VerifierRollouts:
+    """V1-PairRL (pairwise) or V1-PointRL (pointwise) verifier rows for one RL step (V1 §5)."""
+
+    def __init__(self, rl, cfg, tokenizer, mesh, num_prompts: int):
+        import jax
+
+        from prd_jax.operators.runner import make_context
+        from prd_jax.operators.specs import Sampling
+
+        self.rl, self.cfg, self.tok, self.mesh = rl, cfg, tokenizer, mesh
+        self.pairwise = rl.verifier == "pairwise"
+        self.g = rl.samples_per_prompt
+        self.per_prompt = rl.verifier_pairs_per_prompt if self.pairwise else self.g
+        self.rows = num_prompts * self.per_prompt
+        ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1)
+        self.template = ctx.templates["pairwise_math" if self.pairwise else "pointwise_math"]
+        self.pad_id = tokenizer.pad_id
+        self._generate = jax.jit(self._generate_fn)
+
+    def _generate_fn(self, params, problem, cand_a, cand_b, keys):
+        from prd_jax.operators.assembly import assemble
+        from prd_jax.operators.calls import fill, width
+        from prd_jax.operators.lm import ModelLM
+        from prd_jax.sampling import SamplingConfig
+
+        fills = {"problem": [problem], "candidate_a": [cand_a], "candidate_b": [cand_b], "candidate": [cand_a]}
+        segs = fill(self.template, problem[0].shape[0], {k: fills[k] for k in self.template.slots})
+        prompts, plen, _ = assemble(segs, width(segs), self.pad_id)
+        scfg = SamplingConfig(self.rl.verifier_max_new_tokens, self.rl.temperature, self.rl.top_p, 0, 1,
+                              tuple(self.tok.stop_ids))
+        out = ModelLM(params, self.cfg, self.pad_id, self.mesh).generate(prompts, plen, keys, scfg)
+        return prompts, plen, out
+
+    def _inputs(self, problem_ids: list, a_tok, a_len, b_tok, b_len):
+        pw = self.rl.max_prompt_tokens
+        prob = np.zeros((self.rows, pw), np.int32)
+        plen = np.zeros((self.rows,), np.int32)
+        for i, ids in enumerate(problem_ids):
+            prob[i, :len(ids)] = ids
+            plen[i] = len(ids)
+        return (prob, plen), (a_tok, a_len), (b_tok, b_len)
+
+    def width(self, params) -> int:
+        import jax
+
+        c = self.rl.verifier_candidate_max_tokens
+        z = lambda w: (np.zeros((self.rows, w), np.int32), np.zeros((self.rows,), np.int32))
+        keys = jax.random.split(jax.random.key(0), self.rows)
+        prompts, _, out = jax.eval_shape(self._generate, params, z(self.rl.max_prompt_tokens), z(c), z(c), keys)
+        return prompts.shape[1] + out.tokens.shape[1] - 1
+
+    def __call__(self, params, key, problem_ids: list, comp_tok, comp_len, correct, rng):
+        """Verifier rows and metrics from the step's standard rollouts `[P*G, N]`."""
+        import jax
+
+        from prd_jax.train.rl import sequences_to_batch
+
+        g, c = self.g, self.rl.verifier_candidate_max_tokens
+        cand_t, cand_l = _head_tail(np.asarray(comp_tok), np.asarray(comp_len), c)
+        slots = []  # (prompt index, i, j or None, valid)
+        admissible = total = 0
+        for p in range(len(problem_ids)):
+            ok = correct[p * g:(p + 1) * g]
+            if self.pairwise:
+                total += g * (g - 1) // 2
+                admissible += sum(1 for i in range(g) for j in range(i + 1, g) if ok[i] or ok[j])
+                pairs = strict_pairs(ok, rng, self.per_prompt)
+                slots += [(p, p * g + i, p * g + j, True) for i, j in pairs]
+                slots += [(p, p * g, p * g, False)] * (self.per_prompt - len(pairs))
+            else:
+                slots += [(p, p * g + i, p * g + i, True) for i in range(g)]
+        idx = np.array([[s[1], s[2]] for s in slots])
+        valid = np.array([s[3] for s in slots])
+        labels = correct[idx] if self.pairwise else correct[idx[:, :1]]
+        inputs = self._inputs([problem_ids[s[0]] for s in slots], cand_t[idx[:, 0]], cand_l[idx[:, 0]] * valid,
+                              cand_t[idx[:, 1]], cand_l[idx[:, 1]] * valid)
+        prompts, plen, out = jax.device_get(self._generate(params, *inputs, jax.random.split(key, self.rows)))
+        ratings = parse_ratings(self.tok, out.tokens, out.lengths, self.pairwise)
+        reward = verifier_reward(ratings, labels, self.rl.verifier_threshold) * valid
+        n_valid = max(int(valid.sum()), 1)
+        baseline = reward.sum() / n_valid  # V1 §5: mean baseline over the batch
+        adv = np.where(valid, reward - baseline, 0.0) * self.rl.verifier_coef
+        batch = sequences_to_batch(prompts, plen, out.tokens, out.lengths, out.logprobs)
+        batch["weights"] = batch["weights"] * valid[:, None]
+        batch.update(advantages=adv.astype(np.float32), correct=np.zeros((self.rows,), np.float32))
+        unparsed = (ratings == 0).any(axis=1) & valid
+        if self.pairwise:
+            agree = pairwise_winner_agrees(ratings, labels)
+        else:
+            agree = (ratings[:, 0] >= 1) & ((ratings[:, 0] > 5.5) == (labels[:, 0] == 1))
+        metrics = {"verifier/reward": float(reward.sum() / n_valid),
+                   "verifier/accuracy": float((agree & valid).sum() / n_valid),
+                   "verifier/parse_failure_rate": float(unparsed.sum() / n_valid),
+                   "verifier/rows": float(valid.sum())}
+        if self.pairwise:
+            metrics["verifier/strict_pairs"] = admissible / max(total, 1)
+        return batch, metrics
