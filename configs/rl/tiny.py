@@ -30,7 +30,11 @@ def get_config(arg=None):
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=4, samples_per_prompt=8, max_prompt_tokens=256, max_new_tokens=64,
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
-        aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1))
+        aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1,
+        # operator-consistent RL (configs/rl/tiny_pdr.py) and V1 verification (tiny_pairrl.py) are off here
+        operator_fraction=0.0, operator=None, gradient_targets="refine", verifier="none", verifier_coef=1.0,
+        verifier_threshold=0.2, verifier_pairs_per_prompt=4, verifier_max_new_tokens=32,
+        verifier_candidate_max_tokens=64, seed_offset=0))
     c.optim.learning_rate = 1e-4
     c.optim.warmup_steps = 0
     c.optim.decay_steps = 10

@@ -60,14 +60,26 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
             raise ValueError(f"config.model.overrides.vocab_size={cfg.vocab_size} < CharVocab size "
                              f"{tokenizer.vocab_size}")
     elif tokenizer is None:
-        from prd_jax.model.loader import load
-
-        tokenizer = load(config.model.name, config.model.get("path") or None).tokenizer
+        tokenizer = model_tokenizer(config.model.name, config.model.get("path") or None)
     if config.get("continual"):
         check_continual(config)
     if init == "checkpoint":
         params = checkpoint_params(config.model.init_workdir, cfg, mesh)
     return cfg, params, tokenizer
+
+
+def model_tokenizer(name: str, path: Optional[str]):
+    """The tokenizer of a named/local model without loading its weights."""
+    import os
+
+    from prd_jax.model.loader import smollm2_gguf_path
+    from prd_jax.model.tokenizer import Tokenizer
+
+    if path is None and name == "smollm2-135m":
+        path = smollm2_gguf_path()
+    if path is None:
+        raise ValueError(f"config.model.path is required for the tokenizer of {name!r} (no hub downloads)")
+    return Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_dir(os.fspath(path))
 
 
 def check_continual(config) -> None:
