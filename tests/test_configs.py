@@ -19,7 +19,7 @@ from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.mesh import parse_mesh_shape
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.train.optim import OptimConfig
-from prd_jax.train.rl import RLConfig
+from prd_jax.train.rl import RLConfig, batch_rows
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 CONFIG_FILES = sorted(p for kind in ("sft", "rl", "eval")
@@ -63,7 +63,7 @@ def test_discovery_finds_every_kind():
     for expected in ("configs/sft/qwen3_8b.py", "configs/sft/llama31_8b.py", "configs/rl/qwen3_8b.py",
                      "configs/rl/llama31_8b.py"):
         assert expected in names
-    assert len(PAPER) == 8  # 4 paper-scale train configs x 2 hardware args
+    assert len(PAPER) == 18  # 9 paper-scale train configs x 2 hardware args
 
 
 @pytest.mark.parametrize("path,arg", CASES, ids=[f"{_rel(p)}:{a}" for p, a in CASES])
@@ -79,7 +79,7 @@ def test_config_loads_and_validates(path, arg):
     model = NAMED_CONFIGS[config.model.name].replace(**overrides)  # ModelConfig validates dtypes
     if kind == "rl":
         rl = RLConfig.from_config(config)
-        rows = rl.prompts_per_step * rl.samples_per_prompt
+        rows = batch_rows(rl)
         assert model.max_position >= rl.max_prompt_tokens + rl.max_new_tokens
     else:
         rows = config.batch_size
@@ -111,12 +111,17 @@ def test_paper_numbers(path, arg):
     c = _load(path, arg)
     o = c.model.overrides
     assert (o.dtype, o.param_dtype, o.remat) == ("bfloat16", "float32", True)
-    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b")
+    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b")
     if c.stage == "sft":
         assert c.model.init == "pretrained" and c.data.source == "jsonl"
         assert c.data.seq_len == 16384
         assert c.optim.learning_rate == 1e-5 and c.optim.warmup_steps > 0
         assert c.grad_accum_steps > 1
+    elif RLConfig.from_config(c).verifier != "none":  # V1 PairRL / PointRL (arXiv 2603.04304 §5)
+        rl = RLConfig.from_config(c)
+        assert (rl.advantage, rl.loss, rl.eps_low, rl.eps_high, rl.kl_coef) == ("dr_grpo", "ppo", 0.2, 0.28, 0.0)
+        assert (rl.verifier_coef, rl.verifier_threshold, rl.prompts_per_step) == (1.0, 0.2, 64)
+        assert c.optim.learning_rate == 1e-6 and c.model.init == "pretrained"
     else:
         rl = RLConfig.from_config(c)
         assert rl.prompts_per_step * rl.samples_per_prompt == 1024
@@ -124,7 +129,10 @@ def test_paper_numbers(path, arg):
         assert (rl.temperature, rl.top_p, rl.loss, rl.aux_sft_coef) == (1.0, 1.0, "cispo", 0.1)
         assert c.optim.learning_rate == 1e-6
         assert c.model.init == "checkpoint"
-        sft = load_config(os.path.join(ROOT, "configs", "sft", os.path.basename(path)) + f":{arg}")
+        base = os.path.basename(path).replace("_continual_pdr", "").replace("_baseline", "").replace("_pdr", "")
+        sft = load_config(os.path.join(ROOT, "configs", "sft", base) + f":{arg}")
+        if "_pdr" in path:  # operator RL: half the prompts roll out the PDR round (paper §4.2)
+            assert rl.operator_fraction == 0.5 and rl.operator.schedule == (4, 1) and rl.operator.k == 2
         assert (c.model.name, c.mesh) == (sft.model.name, sft.mesh)
 
 

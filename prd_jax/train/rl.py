@@ -109,6 +109,18 @@ class RLConfig:
         return cls(**rl)
 
 
+def batch_rows(rl: RLConfig) -> int:
+    """Training rows per step: standard G per prompt, operator G refines (+ G x M drafts), verifier rows."""
+    g = rl.samples_per_prompt
+    p_op = int(round(rl.prompts_per_step * rl.operator_fraction))
+    p_std = rl.prompts_per_step - p_op
+    drafts = rl.operator.schedule[0] if (p_op and rl.gradient_targets == "drafts_and_refine") else 0
+    rows = p_std * g + p_op * g * (1 + drafts)
+    if rl.verifier != "none":
+        rows += p_std * (rl.verifier_pairs_per_prompt if rl.verifier == "pairwise" else g)
+    return rows
+
+
 def rl_loss_fn(cfg, mesh, rl: RLConfig):
     """`(params, batch) -> (loss_sum, count, metrics)` for one rollout microbatch."""
     def loss(params, b):
@@ -214,6 +226,7 @@ class RLStage:
         self.width = max(widths)
         self.rows = (self.num_standard * rl.samples_per_prompt + (self.operator.rows if self.operator else 0)
                      + (self.verifier.rows if self.verifier else 0))
+        assert self.rows == batch_rows(rl), (self.rows, batch_rows(rl))
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:

@@ -1,0 +1,56 @@
+"""V1-PairRL (arXiv 2603.04304 §5): Qwen3-4B trained jointly as generator and pairwise
+self-verifier. Generator: Dr.GRPO advantages, PPO clip-higher 0.2 / 0.28, no KL. Verifier:
+strict pairs of the step's own rollouts, reward 1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|),
+mean baseline, lambda = 1. lr 1e-6, 64 prompts per step (the paper's batch 64).
+
+Command to run (pretrained weights; one 8xH200 node is the smallest sensible host):
+    sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl.py:8xh200 /ckpt/pairrl_qwen3_4b \\
+        --config.model.path=/data/Qwen3-4B --config.data.data_dir=/data/prd_data
+Reproduces: the V1 paper's PairRL rows (generation pass@1 and V1-Infer selection accuracy
+after training); evaluate with configs/eval/v1_best_of_n.py. Runtime: an ESTIMATE of the
+same order as configs/rl/qwen3_8b.py per sampled token, at half the parameters.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+
+
+def _base(name, arg):
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
+    return load_config(f"{os.path.join(HERE, name)}:{arg}")
+
+
+def get_config(arg=None):
+    c = _base("qwen3_8b.py", arg)
+    c.model.name = "qwen3-4b"
+    c.model.init = "pretrained"
+    c.rl.operator_fraction = 0.0
+    c.rl.operator = None
+    c.rl.gradient_targets = "refine"
+    c.rl.verifier = "none"
+    c.rl.verifier_coef = 1.0
+    c.rl.verifier_threshold = 0.2
+    c.rl.verifier_pairs_per_prompt = 4
+    c.rl.verifier_max_new_tokens = 4096
+    c.rl.verifier_candidate_max_tokens = 4096
+    c.rl.seed_offset = 0
+    c.rl.prompts_per_step = 64
+    c.rl.samples_per_prompt = 8
+    c.rl.max_prompt_tokens = 2048
+    c.rl.max_new_tokens = 8192
+    c.rl.advantage = "dr_grpo"
+    c.rl.loss = "ppo"
+    c.rl.eps_low, c.rl.eps_high = 0.2, 0.28
+    c.rl.kl_coef = 0.0
+    c.rl.aux_sft_coef = 0.0
+    c.rl.verifier = "pairwise"
+    c.rl.verifier_pairs_per_prompt = 4
+    c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt
+    # rows = 64 x 8 generations + 64 x 4 verifier pairs = 768: one per (data, fsdp) shard per microbatch
+    c.grad_accum_steps = {"v5p-128": 48, "8xh200": 384}[arg]
+    return c

@@ -1,0 +1,32 @@
+"""Continual PDR-RL (arXiv 2510.01123 §4.2, Table 3 "continual" rows): start from the *baseline
+RL* checkpoint (configs/rl/qwen3_8b_baseline.py) and continue with the mixed 50/50
+standard + PDR-round objective of configs/rl/qwen3_8b_pdr.py.
+
+Command to run:
+    TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b_continual_pdr.py:v5p-128 \\
+        gs://BUCKET/rl_continual --config.model.init_workdir=gs://BUCKET/rl_baseline \\
+        --config.model.path=/data/Qwen3-8B
+Expected: as configs/rl/qwen3_8b_pdr.py per step (an ESTIMATE); the run refuses an
+init_workdir that is not a baseline RL run.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+
+
+def _base(name, arg):
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
+    return load_config(f"{os.path.join(HERE, name)}:{arg}")
+
+
+def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/qwen3_8b_continual_pdr.py: arg {arg!r} unknown; allowed: {ARGS}")
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_pdr.py')}:{arg}")
+    c.continual = True
+    return c

@@ -1,0 +1,38 @@
+"""Operator-consistent PDR-RL (arXiv 2510.01123 §3.3, §4.2, Table 3 "PDR-RL" rows): Qwen3-8B
+from the SFT checkpoint; each step's 32 prompts are split 50/50 between standard rollouts
+and PDR-round rollouts (M = 4 drafts, shared top-k = 2 forwarded, one refine) run by the
+eval operator; the refine completions are trained (workspace and template masked).
+
+Sizes: drafts and refine have 16k-token budgets; forwarded candidates are capped at 4096
+tokens (head 1024 + tail), so the refine prompt (template + problem + 2 candidates) fits
+rl.max_prompt_tokens = 10240.
+
+Command to run (see configs/rl/qwen3_8b.py for hardware and the runtime ESTIMATE; an
+operator prompt adds 4 draft calls per refine call, roughly 2.5x the rollout time):
+    TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b_pdr.py:v5p-128 \\
+        gs://BUCKET/rl_pdr --config.model.init_workdir=gs://BUCKET/sft_qwen3_8b \\
+        --config.model.path=/data/Qwen3-8B
+Ablations: --config.rl.operator_fraction, --config.rl.operator.schedule, .k, .selector,
+--config.rl.gradient_targets=drafts_and_refine.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+
+
+def _base(name, arg):
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
+    return load_config(f"{os.path.join(HERE, name)}:{arg}")
+
+
+def get_config(arg=None):
+    c = _base("qwen3_8b_baseline.py", arg)
+    c.rl.operator_fraction = 0.5
+    c.rl.operator = dict(schedule=(4, 1), distill="shared_topk", k=2, selector="random", max_new_tokens=16384,
+                         candidate_max_tokens=4096, truncation_head=1024, kappa=2048)
+    return c
