@@ -13,12 +13,7 @@ import argparse
 import json
 import logging
 import sys
-import time
 
-DEMO_PROMPTS = [
-    "What is 12 * 13? Think step by step and give the final answer in \\boxed{}.",
-    "Write one sentence explaining what a prime number is.",
-]
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -80,23 +75,14 @@ def run_generate(args: argparse.Namespace) -> dict:
     return record
 
 
-def run_demo(_: argparse.Namespace) -> None:
-    """Until the training demo lands: greedy chat generation with embedded SmolLM2."""
-    for prompt in DEMO_PROMPTS:
-        t = time.perf_counter()
-        ns = argparse.Namespace(model="smollm2-135m", path=None, prompt=prompt, chat=True,
-                                max_new_tokens=96, temperature=0.0, top_p=1.0, top_k=0,
-                                num_samples=1, seed=0, mesh=None, dtype="float32", json=False)
-        print(f"\n>>> {prompt}")
-        rec = run_generate(ns)
-        print(f"[{len(rec['completion_ids'])} tokens in {time.perf_counter() - t:.1f}s incl. load+compile]")
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="prd-jax", description="LLMs as improvement operators in JAX")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate_args(sub.add_parser("generate", help="sample completions from a model"))
-    sub.add_parser("demo", help="the main demo job")
+    demo = sub.add_parser("demo", help="the main demo job: SFT -> RL / PDR-RL -> budget-matched eval (configs/demo.py)")
+    demo.add_argument("--workdir", default="demo_workdir", help="output directory (reruns resume)")
+    demo.add_argument("--config", default=None, help="demo config (default configs/demo.py)")
+    demo.add_argument("--no-progress", action="store_true")
     ev = sub.add_parser("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
     ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
     ev.add_argument("--workdir", required=True, help="output directory (results.jsonl, summary.md, pareto.png)")
@@ -108,13 +94,20 @@ def main(argv=None) -> None:
     ins.add_argument("--workdir", required=True)
     ins.add_argument("--json", action="store_true", help="print one JSON object")
     args, rest = parser.parse_known_args(argv)
-    if rest and args.command not in ("eval", "train"):
+    if rest and args.command not in ("eval", "train", "demo"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
-        run_demo(args)
+        import os
+
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.demo import CONFIGS, run_demo
+
+        config = load_config(args.config or os.path.join(CONFIGS, "demo.py"))
+        config = apply_overrides(config, rest)
+        run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
         from prd_jax.config_io import apply_overrides, load_config
         from prd_jax.evaluate import evaluate

@@ -135,8 +135,9 @@ def _k_max(spec) -> int:
     return spec.subset if isinstance(spec, RSA) else 1
 
 
-def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list:
-    """Run `config.operators` on `config.dataset`; write results, summary and plot to `workdir`."""
+def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
+    """Run `config.operators` on `config.dataset` (or the given problem `rows`); write results,
+    summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh."""
     from tqdm import tqdm
 
     from prd_jax.data.jsonl import read_problems
@@ -149,7 +150,8 @@ def evaluate(config, workdir: str, *, model=None, progress: bool = True) -> list
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(dict(config), indent=2))
     specs = [build_spec(dict(e)) for e in config.operators]
-    rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
+    if rows is None:
+        rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
     if model is None:
         from prd_jax.mesh import make_mesh
 

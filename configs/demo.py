@@ -1,0 +1,33 @@
+"""The main demo job (`make demo`): a tiny decoder trained from scratch on CPU, end to end.
+
+1. SFT from scratch on the synthetic modular-arithmetic task (single-pass and PDR-format
+   traces, prd_jax/data/synthetic.py);
+2. from the SFT checkpoint, baseline RL (configs/rl/tiny.py) and, separately, PDR-RL
+   (configs/rl/tiny_pdr.py) with the same number of steps and prompts per step;
+3. each checkpoint evaluated on held-out problems with Long-CoT, SR, PDR and V1 best-of-N
+   at roughly matched B_seq;
+4. `results.md` (tables with B_seq and B_total) and `pareto.png` in the workdir.
+
+Command to run:
+    prd-jax demo                      # workdir ./demo_workdir; rerun resumes
+    prd-jax demo --workdir /tmp/demo --config.quick=True   # ~1-2 minute smoke version
+
+Expected: about 12 minutes on 2 CPU cores after set-up (see README, "What you should see").
+"""
+
+import ml_collections
+
+
+def get_config(arg=None):
+    c = ml_collections.ConfigDict()
+    c.quick = False
+    c.seed = 0
+    c.difficulty = (1, 2, 3)
+    c.sft_steps = 150
+    c.rl_steps = 16
+    c.eval_problems = 48
+    c.eval_batch = 16
+    c.budget = 64  # per-call generation budget of SR / PDR / best-of-N calls; Long-CoT gets 2x
+    # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
+    c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16)
+    return c

@@ -1,0 +1,113 @@
+"""`prd-jax demo`: SFT -> baseline RL and PDR-RL -> budget-matched evaluation, on CPU.
+
+Stages run through the same entry points a user calls (`train.run.train`,
+`evaluate.evaluate`) with the configs in `configs/` (see `configs/demo.py`). Every stage
+resumes from its workdir, so a rerun finishes where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import types
+
+import ml_collections
+
+log = logging.getLogger(__name__)
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+QUICK_MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.intermediate=64",
+               "--config.model.overrides.num_layers=1", "--config.data.num_train=64", "--config.data.seq_len=128",
+               "--config.batch_size=8", "--config.data.num_eval=8"]
+CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
+
+
+def _config(name: str, overrides: list):
+    from prd_jax.config_io import apply_overrides, load_config
+
+    return apply_overrides(load_config(os.path.join(CONFIGS, name)), overrides)
+
+
+def stage_configs(demo, workdir: str) -> dict:
+    """The three training configs the demo runs (resolved, with its overrides)."""
+    quick = QUICK_MODEL if demo.quick else []
+    common = quick + [f"--config.seed={demo.seed}", f"--config.data.difficulty={tuple(demo.difficulty)}"]
+    sft = _config("sft/tiny.py", common + [f"--config.steps={demo.sft_steps}",
+                                           f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}",
+                                           f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
+    rl = [f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
+          f"--config.model.init_workdir={os.path.join(workdir, 'sft')}"]
+    rl += ["--config.rl.max_new_tokens=32", "--config.rl.samples_per_prompt=4"] if demo.quick else []
+    rl_common = [x for x in common if "num_eval" not in x and "seq_len" not in x and "batch_size" not in x]
+    return {"sft": sft, "rl_baseline": _config("rl/tiny.py", rl_common + rl),
+            "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl)}
+
+
+def eval_config(demo):
+    b = demo.budget
+    common = dict(max_new_tokens=b, candidate_max_tokens=b, truncation_head=b // 4)
+    c = ml_collections.ConfigDict()
+    c.dataset, c.model, c.seed = "synthetic", "tiny", demo.seed
+    c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
+    c.temperature, c.top_p, c.top_k = 1.0, 1.0, 0
+    c.max_problem_tokens = 96
+    c.operators = [dict(type="long_cot", max_new_tokens=2 * b),
+                   dict(type="sr", rounds=1, **common),
+                   dict(type="pdr", schedule=(4, 1), distill="shared_topk", k=2, selector="random", kappa=b, **common),
+                   dict(type="best_of_n", n=4, selector="pairwise_v1", judge=dict(max_new_tokens=0), **common)]
+    return c
+
+
+def _model(workdir: str, config):
+    import jax
+
+    from prd_jax.checkpoint import latest_params
+    from prd_jax.data.synthetic import CharVocab
+    from prd_jax.model.config import NAMED_CONFIGS
+
+    overrides = config.model.overrides.to_dict()
+    cfg = NAMED_CONFIGS[config.model.name].replace(**overrides)
+    step, params = latest_params(workdir)
+    return types.SimpleNamespace(cfg=cfg, params=jax.device_put(params), tokenizer=CharVocab(), mesh=None), step
+
+
+def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
+    """Run (or resume) the whole demo in `workdir`; returns {checkpoint: eval table}."""
+    from prd_jax.data import synthetic
+    from prd_jax.evaluate import evaluate, markdown_table
+    from prd_jax.train.run import train
+
+    os.makedirs(workdir, exist_ok=True)
+    if demo.quick:
+        demo = ml_collections.ConfigDict(dict(demo.to_dict(), **demo.quick_overrides.to_dict()))
+    configs = stage_configs(demo, workdir)
+    for name in CHECKPOINTS:
+        log.info("demo: training %s", name)
+        train(configs[name], os.path.join(workdir, name), progress=progress)
+    problems = synthetic.generate(demo.eval_problems, demo.seed + 1_000_003, tuple(demo.difficulty))  # held out
+    tables, steps = {}, {}
+    for name in CHECKPOINTS:
+        model, steps[name] = _model(os.path.join(workdir, name), configs[name])
+        tables[name] = evaluate(eval_config(demo), os.path.join(workdir, "eval", name), model=model,
+                                rows=problems, progress=progress)
+    write_results(workdir, demo, tables, steps, markdown_table)
+    return tables
+
+
+def write_results(workdir, demo, tables, steps, markdown_table) -> None:
+    from prd_jax.evaluate import pareto_plot
+
+    lines = ["# prd_jax demo results", "",
+             f"{demo.eval_problems} held-out synthetic problems (difficulty {tuple(demo.difficulty)}), k=1, "
+             f"T=1.0; per-call budget {demo.budget} (Long-CoT {2 * demo.budget}).", ""]
+    combined = []
+    for name, table in tables.items():
+        lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
+        combined += [dict(t, operator=f"{name}:{t['operator'].split('(')[0]}") for t in table]
+    with open(os.path.join(workdir, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+        json.dump({"steps": steps, "tables": tables}, f, indent=1)
+    pareto_plot(combined, os.path.join(workdir, "pareto.png"), "demo: accuracy vs budget per checkpoint")
+    print("\n".join(lines))
