@@ -152,6 +152,10 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     else:
         step = 0
         state = create_state(cfg, optimizer, mesh, jax.random.key(config.seed), init_params)
+    if step >= config.steps:  # already done: a rerun resumes at the end (nothing to compile)
+        ckpt.close()
+        log.info("%s is already at step %d >= config.steps=%d", workdir, step, config.steps)
+        return dict(meta.get("metrics") or {})
     accum = config.get("grad_accum_steps", 1)
     step_fn = functools.partial(train_step, loss_fn=stage.loss_fn(), optimizer=optimizer, schedule=schedule)
     step_fn = repeat_step(step_fn, getattr(stage, "updates_per_batch", 1))
