@@ -58,40 +58,17 @@ dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
 
 import os
 
-import ml_collections
-
 from prd_jax.config_io import load_config
 
 ARGS = ("v5p-128", "8xh200")
-SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "llama31_8b.py")
-# grad_accum_steps = rollout rows / (data * fsdp): one sequence per batch shard per microbatch.
-GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def get_config(arg=None):
     if arg not in ARGS:
         raise ValueError(f"configs/rl/llama31_8b.py: arg {arg!r} unknown; allowed: {ARGS} "
                          "(e.g. --config configs/rl/llama31_8b.py:v5p-128)")
-    c = load_config(f"{SFT}:{arg}")  # same model, tokenizer, dtypes and mesh as the SFT stage
-    c.stage = "rl"
-    c.model.init = "checkpoint"
-    c.model.init_workdir = ""  # required: the SFT run's workdir (--config.model.init_workdir=...)
-    c.data = ml_collections.ConfigDict(dict(
-        source="gsm8k_train",  # placeholder for the paper's math RL mix (see the docstring)
-        data_dir="",  # default: $PRD_DATA_DIR
-        num_train=0))  # 0: every problem of the set
-    c.rl = ml_collections.ConfigDict(dict(
-        prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
-        temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
-        aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1))
-    c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
-    c.grad_accum_steps = GRAD_ACCUM[arg]
-    c.optim = ml_collections.ConfigDict(dict(
-        learning_rate=1e-6, warmup_steps=10, decay_steps=0, schedule="constant", end_lr_fraction=1.0,
-        weight_decay=0.0, grad_clip_norm=1.0))
-    c.steps = 200
-    c.checkpoint_every = 10
-    c.keep_checkpoints = 3
-    c.eval_every = 0
-    c.max_nonfinite_steps = 5
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b.py')}:{arg}")  # the same recipe; only the model differs
+    sft = load_config(f"{os.path.join(HERE, '..', 'sft', 'llama31_8b.py')}:{arg}")
+    c.model.name, c.model.path = sft.model.name, sft.model.path
     return c

@@ -15,16 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
 
 
-def _base(name, arg):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
-    return load_config(f"{os.path.join(HERE, name)}:{arg}")
-
-
 def get_config(arg=None):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/qwen3_4b_pointrl.py: arg {arg!r} unknown; allowed: {ARGS}")
-    c = load_config(f"{os.path.join(HERE, 'qwen3_4b_pairrl.py')}:{arg}")
+    c = load_config(f"{os.path.join(HERE, 'qwen3_4b_pairrl.py')}:{arg}")  # validates arg
     c.rl.verifier = "pointwise"
     # rows = 64 x 8 generations + 512 pointwise verifications = 1024
     c.grad_accum_steps = {"v5p-128": 64, "8xh200": 512}[arg]

@@ -18,15 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
 
 
-def _base(name, arg):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
-    return load_config(f"{os.path.join(HERE, name)}:{arg}")
-
-
 def get_config(arg=None):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/qwen3_8b_continual_pdr.py: arg {arg!r} unknown; allowed: {ARGS}")
-    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_pdr.py')}:{arg}")
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_pdr.py')}:{arg}")  # validates arg
     c.continual = True
     return c

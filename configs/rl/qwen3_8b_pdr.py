@@ -24,14 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
 
 
-def _base(name, arg):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
-    return load_config(f"{os.path.join(HERE, name)}:{arg}")
-
-
 def get_config(arg=None):
-    c = _base("qwen3_8b_baseline.py", arg)
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{arg}")  # validates arg
     c.rl.operator_fraction = 0.5
     c.rl.operator = dict(schedule=(4, 1), distill="shared_topk", k=2, selector="random", max_new_tokens=16384,
                          candidate_max_tokens=4096, truncation_head=1024, kappa=2048)

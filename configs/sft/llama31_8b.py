@@ -39,40 +39,19 @@ v5p-128, ~3 h for 1000 steps; ~36 s per step (~29k tokens/s) on one 8xH200 node,
 The compiled step's memory analysis is logged before the first step; check it there.
 """
 
-import ml_collections
+import os
+
+from prd_jax.config_io import load_config
 
 ARGS = ("v5p-128", "8xh200")
-MESHES = {"v5p-128": "data=1,fsdp=16,tensor=4", "8xh200": "fsdp=2,tensor=4"}
-# grad_accum_steps = batch_size / (data * fsdp): one 16k sequence per batch shard per microbatch.
-GRAD_ACCUM = {"v5p-128": 4, "8xh200": 32}
+QWEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qwen3_8b.py")
 
 
 def get_config(arg=None):
     if arg not in ARGS:
         raise ValueError(f"configs/sft/llama31_8b.py: arg {arg!r} unknown; allowed: {ARGS} "
                          "(e.g. --config configs/sft/llama31_8b.py:v5p-128)")
-    c = ml_collections.ConfigDict()
-    c.stage = "sft"
-    c.seed = 0
-    c.mesh = MESHES[arg]
-    c.tokenizer = "model"
-    c.model = ml_collections.ConfigDict(dict(
-        name="llama3.1-8b",
-        path="/path/to/Llama-3.1-8B-Instruct",  # placeholder: override with --config.model.path=<local HF dir>
-        init="pretrained", init_workdir="",
-        overrides=dict(dtype="bfloat16", param_dtype="float32", remat=True)))
-    c.data = ml_collections.ConfigDict(dict(
-        source="jsonl",
-        path="/path/to/sft_traces",  # placeholder: override with --config.data.path=<trace dir>
-        seq_len=16384, mode="pack", validation_fraction=0.01))
-    c.batch_size = 64  # sequences per optimizer step (global, all processes together)
-    c.grad_accum_steps = GRAD_ACCUM[arg]
-    c.optim = ml_collections.ConfigDict(dict(
-        learning_rate=1e-5, warmup_steps=50, decay_steps=950, schedule="cosine", end_lr_fraction=0.1,
-        weight_decay=0.01, grad_clip_norm=1.0))
-    c.steps = 1000
-    c.checkpoint_every = 100
-    c.keep_checkpoints = 3
-    c.eval_every = 0
-    c.max_nonfinite_steps = 5
+    c = load_config(f"{QWEN}:{arg}")  # the same recipe, mesh and batch; only the model differs
+    c.model.name = "llama3.1-8b"
+    c.model.path = "/path/to/Llama-3.1-8B-Instruct"  # placeholder: override with --config.model.path
     return c
