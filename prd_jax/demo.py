@@ -34,6 +34,7 @@ def stage_configs(demo, workdir: str) -> dict:
     quick = QUICK_MODEL if demo.quick else []
     common = quick + [f"--config.seed={demo.seed}", f"--config.data.difficulty={tuple(demo.difficulty)}"]
     sft = _config("sft/tiny.py", common + [f"--config.steps={demo.sft_steps}",
+                                           f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
                                            f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}",
                                            f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
     rl = [f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
