@@ -19,26 +19,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
 
 
-def _base(name, arg):
-    if arg not in ARGS:
-        raise ValueError(f"configs/rl/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: {ARGS}")
-    return load_config(f"{os.path.join(HERE, name)}:{arg}")
-
-
 def get_config(arg=None):
-    c = _base("qwen3_8b.py", arg)
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{arg}")  # every rl knob spelled out
     c.model.name = "qwen3-4b"
     c.model.init = "pretrained"
-    c.rl.operator_fraction = 0.0
-    c.rl.operator = None
-    c.rl.gradient_targets = "refine"
-    c.rl.verifier = "none"
-    c.rl.verifier_coef = 1.0
-    c.rl.verifier_threshold = 0.2
-    c.rl.verifier_pairs_per_prompt = 4
-    c.rl.verifier_max_new_tokens = 4096
-    c.rl.verifier_candidate_max_tokens = 4096
-    c.rl.seed_offset = 0
+    c.model.path = "/path/to/Qwen3-4B"  # placeholder: override with --config.model.path
     c.rl.prompts_per_step = 64
     c.rl.samples_per_prompt = 8
     c.rl.max_prompt_tokens = 2048
