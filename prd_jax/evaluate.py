@@ -44,6 +44,30 @@ def build_spec(entry: dict):
     return cls(**entry)
 
 
+RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens")
+
+
+def check_settings(config, workdir: str) -> None:
+    """Resume only under the settings the workdir's rows were made with (`settings.json`).
+
+    Result rows are keyed by (problem, operator, sample); sampling settings are not in that
+    key, so a rerun with, say, another temperature must not reuse them. Raises naming the
+    fields that differ."""
+    now = {k: config.get(k) for k in RUN_SETTINGS}
+    path = os.path.join(workdir, "settings.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            before = json.load(f)
+        changed = {k: (before.get(k), now[k]) for k in RUN_SETTINGS if before.get(k) != now[k]}
+        if changed:
+            raise ValueError(f"workdir {workdir} holds results made with other settings "
+                             f"{ {k: v[0] for k, v in changed.items()} }; this config has "
+                             f"{ {k: v[1] for k, v in changed.items()} }. Use a new workdir (nothing was changed).")
+        return
+    with open(path, "w") as f:
+        json.dump(now, f, indent=1)
+
+
 def read_done(path: str) -> set:
     """(problem_id, operator, sample) keys already in results.jsonl (a torn last line is ignored)."""
     done = set()
@@ -147,6 +171,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     from prd_jax.rewards.math import grade_detailed
 
     os.makedirs(workdir, exist_ok=True)
+    check_settings(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(dict(config), indent=2))
     specs = [build_spec(dict(e)) for e in config.operators]

@@ -94,3 +94,14 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
     with open(os.path.join(workdir, "results.jsonl")) as f:
         assert sum(1 for _ in f) == 12
     assert again == table
+
+
+def test_rerun_with_other_sampling_settings_is_refused(tmp_path):
+    from prd_jax.evaluate import check_settings
+
+    config = load_config(CONFIG)
+    check_settings(config, str(tmp_path))
+    check_settings(config, str(tmp_path))  # same settings: fine
+    config.temperature = 0.5
+    with pytest.raises(ValueError, match="temperature.*1.0.*0.5.*Use a new workdir"):
+        check_settings(config, str(tmp_path))
