@@ -89,15 +89,17 @@ class OperatorResult:
         return self.calls.b_total
 
 
-def _result(final_t, final_l, calls, workspace, truncs, rounds_t, rounds_l, unparsed=None,
-            traces=()) -> OperatorResult:
+def make_result(final_t, final_l, calls, workspace, truncs, rounds_t, rounds_l, unparsed=None,
+                traces=()) -> OperatorResult:
+    """An OperatorResult with int32 counters (shared by every operator)."""
     b = final_t.shape[0]
     unparsed = jnp.zeros((b,), jnp.int32) if unparsed is None else unparsed.astype(jnp.int32)
     return OperatorResult(final_t, final_l, calls, workspace[0], workspace[1], truncs.astype(jnp.int32),
                           tuple(rounds_t), tuple(rounds_l), unparsed, tuple(traces))
 
 
-def _no_workspace(b: int):
+def empty_workspace(b: int):
+    """The workspace of an operator that has none: one pad token, length 0, per problem."""
     return jnp.zeros((b, 1), jnp.int32), jnp.zeros((b,), jnp.int32)
 
 
@@ -108,7 +110,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1)
     tok, length, in_tok, overflow = out
     calls = CallLog.from_groups([group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")])
-    return _result(tok, length, calls, _no_workspace(b), overflow, [tok[:, None]], [length[:, None]],
+    return make_result(tok, length, calls, empty_workspace(b), overflow, [tok[:, None]], [length[:, None]],
                    traces=[out.trace(b, 1)] if ctx.trace else ())
 
 
@@ -124,7 +126,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     groups = [group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
-    workspace = _no_workspace(b)
+    workspace = empty_workspace(b)
     for r in range(2, spec.rounds + 2):
         workspace, cut = single(tok, length, spec)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
@@ -133,7 +135,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
         truncs = truncs + cut + overflow
         rounds_t.append(tok[:, None])
         rounds_l.append(length[:, None])
-    return _result(tok, length, CallLog.from_groups(groups), workspace, truncs, rounds_t, rounds_l)
+    return make_result(tok, length, CallLog.from_groups(groups), workspace, truncs, rounds_t, rounds_l)
 
 
 # ----------------------------------------------------------------------------- PDR
@@ -225,7 +227,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     extra: List[ExtraCalls] = []
     truncs, unparsed = overflow.astype(jnp.int32), jnp.zeros((b,), jnp.int32)
     rounds_t, rounds_l = [cand_t], [cand_l]
-    workspace = _no_workspace(b)
+    workspace = empty_workspace(b)
     round_fn = _summary_round if spec.distill == "global_summary" else _extractive_round
     for r in range(2, len(sched) + 1):
         out, parent, calls, workspace, cut, bad = round_fn(
@@ -240,7 +242,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
         rounds_t.append(cand_t)
         rounds_l.append(cand_l)
     calls = path_calls(gen, parents, extra, jnp.zeros((b,), jnp.int32))
-    return _result(cand_t[:, 0], cand_l[:, 0], calls, workspace, truncs, rounds_t, rounds_l, unparsed,
+    return make_result(cand_t[:, 0], cand_l[:, 0], calls, workspace, truncs, rounds_t, rounds_l, unparsed,
                    traces if ctx.trace else ())
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from prd_jax.operators import verify
 from prd_jax.operators.calls import (call, candidate_list, fill, fold, path_calls, per_sample,
                                      problem_rows, rows)
-from prd_jax.operators.core import Context, OperatorResult, Problems, _no_workspace, _result
+from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.specs import RSA, BestOfN
 
 Array = jax.Array
@@ -47,7 +47,7 @@ def best_of_n(lm, problems: Problems, key: Array, spec: BestOfN, ctx: Context) -
     best = jnp.argmax(sel.scores, axis=1)
     calls = path_calls([(in_tok, cand_l, "draft")], [None], sel.extra(1), best)
     final_t, final_l = _pick(cand_t, cand_l, best)
-    return _result(final_t, final_l, calls, _no_workspace(b), truncs, [cand_t], [cand_l], sel.unparsed)
+    return make_result(final_t, final_l, calls, empty_workspace(b), truncs, [cand_t], [cand_l], sel.unparsed)
 
 
 def _draw_subsets(key, admitted, n: int, k: int):
@@ -94,7 +94,7 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         unparsed = unparsed + sel.unparsed
     calls = path_calls(gen, parents, extra, final)
     final_t, final_l = _pick(cand_t, cand_l, final)
-    return _result(final_t, final_l, calls, _no_workspace(b), truncs, rounds_t, rounds_l, unparsed)
+    return make_result(final_t, final_l, calls, empty_workspace(b), truncs, rounds_t, rounds_l, unparsed)
 
 
 POPULATION_OPERATORS = {BestOfN: best_of_n, RSA: rsa}

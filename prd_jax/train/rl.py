@@ -29,8 +29,6 @@ from prd_jax.train.losses import aggregate, aux_sft_weights, k3_kl, policy_loss,
 
 GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
-ROLLOUT_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights", "old_logp", "ref_logp",
-                "advantages", "correct")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 import jax
-import numpy as np
 
 from prd_jax.checkpoint import Checkpointer
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
@@ -211,6 +210,3 @@ def eval_loss(loss_fn, params, batches) -> float:
         total, count = total + float(s), count + float(c)
     return total / max(count, 1.0)
 
-
-def host_array(x) -> np.ndarray:
-    return np.asarray(jax.device_get(x))
