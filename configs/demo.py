@@ -10,9 +10,10 @@
 
 Command to run:
     prd-jax demo                      # workdir ./demo_workdir; rerun resumes
-    prd-jax demo --workdir /tmp/demo --config.quick=True   # ~1-2 minute smoke version
+    prd-jax demo --workdir /tmp/demo --config.quick=True   # smoke version (2m38s measured)
 
-Expected: about 12 minutes on 2 CPU cores after set-up (see README, "What you should see").
+Expected: measured 27m24s on 2 CPU cores shared with a full test-suite run (2026-11-30);
+not yet timed on an idle machine, where the target is 15 minutes (README, "What you should see").
 """
 
 import ml_collections

@@ -1,4 +1,4 @@
-"""SFT from scratch of a tiny decoder on the synthetic modular-arithmetic task (CPU, ~1 minute).
+"""SFT from scratch of a tiny decoder on the synthetic modular-arithmetic task (CPU, ~2 minutes).
 
 The data mixes single-pass chain-of-thought traces with PDR-format traces (a workspace of
 candidates, some wrong, then a correct solution), as in the PDR paper's SFT stage (§3.3).
@@ -6,8 +6,8 @@ candidates, some wrong, then a correct solution), as in the PDR paper's SFT stag
 Command to run:
     prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny
 
-Expected: about a minute on 2 CPU cores; the loss falls from ~4.6 (uniform over 103
-characters) to well below 1.5 within the default 60 steps.
+Expected (measured 2026-11-30 on 2 busy CPU cores): 107 s including compilation; the
+loss falls from ~4.6 (uniform over 103 characters) to 0.90 at step 60 (held-out 0.92).
 """
 
 import ml_collections
