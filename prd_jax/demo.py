@@ -32,12 +32,14 @@ def _config(name: str, overrides: list):
 def stage_configs(demo, workdir: str) -> dict:
     """The three training configs the demo runs (resolved, with its overrides)."""
     quick = QUICK_MODEL if demo.quick else []
-    common = quick + [f"--config.seed={demo.seed}", f"--config.data.difficulty={tuple(demo.difficulty)}"]
+    common = [f"--config.seed={demo.seed}", f"--config.data.difficulty={tuple(demo.difficulty)}",
+              f"--config.data.num_train={demo.num_train}"] + quick
     sft = _config("sft/tiny.py", common + [f"--config.steps={demo.sft_steps}",
                                            f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
                                            f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}",
                                            f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
     rl = [f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
+          f"--config.optim.learning_rate={demo.rl_learning_rate}",
           f"--config.model.init_workdir={os.path.join(workdir, 'sft')}"]
     rl += ["--config.rl.max_new_tokens=32", "--config.rl.samples_per_prompt=4"] if demo.quick else []
     rl_common = [x for x in common if "num_eval" not in x and "seq_len" not in x and "batch_size" not in x]
@@ -45,7 +47,7 @@ def stage_configs(demo, workdir: str) -> dict:
             "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl)}
 
 
-def eval_config(demo):
+def eval_config(demo, templates: str = "compact"):
     b = demo.budget
     common = dict(max_new_tokens=b, candidate_max_tokens=b, truncation_head=b // 4)
     c = ml_collections.ConfigDict()
@@ -53,6 +55,7 @@ def eval_config(demo):
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
     c.temperature, c.top_p, c.top_k = 1.0, 1.0, 0
     c.max_problem_tokens = 96
+    c.templates = templates  # the prompt set the models were trained on
     c.operators = [dict(type="long_cot", max_new_tokens=2 * b),
                    dict(type="sr", rounds=1, **common),
                    dict(type="pdr", schedule=(4, 1), distill="shared_topk", k=2, selector="random", kappa=b, **common),
@@ -60,17 +63,16 @@ def eval_config(demo):
     return c
 
 
-def _model(workdir: str, config):
+def _model(workdir: str, config, tokenizer):
     import jax
 
     from prd_jax.checkpoint import latest_params
-    from prd_jax.data.synthetic import CharVocab
     from prd_jax.model.config import NAMED_CONFIGS
 
     overrides = config.model.overrides.to_dict()
     cfg = NAMED_CONFIGS[config.model.name].replace(**overrides)
     step, params = latest_params(workdir)
-    return types.SimpleNamespace(cfg=cfg, params=jax.device_put(params), tokenizer=CharVocab(), mesh=None), step
+    return types.SimpleNamespace(cfg=cfg, params=jax.device_put(params), tokenizer=tokenizer, mesh=None), step
 
 
 def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
@@ -88,9 +90,10 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
         train(configs[name], os.path.join(workdir, name), progress=progress)
     problems = synthetic.generate(demo.eval_problems, demo.seed + 1_000_003, tuple(demo.difficulty))  # held out
     tables, steps = {}, {}
+    vocab = synthetic.CharVocab()  # one tokenizer object: each eval operator compiles once for all checkpoints
     for name in CHECKPOINTS:
-        model, steps[name] = _model(os.path.join(workdir, name), configs[name])
-        tables[name] = evaluate(eval_config(demo), os.path.join(workdir, "eval", name), model=model,
+        model, steps[name] = _model(os.path.join(workdir, name), configs[name], vocab)
+        tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name), model=model,
                                 rows=problems, progress=progress)
     write_results(workdir, demo, tables, steps, markdown_table)
     return tables

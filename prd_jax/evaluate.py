@@ -44,7 +44,8 @@ def build_spec(entry: dict):
     return cls(**entry)
 
 
-RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens")
+RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
+                "templates")
 
 
 def check_settings(config, workdir: str) -> None:
@@ -159,6 +160,22 @@ def _k_max(spec) -> int:
     return spec.subset if isinstance(spec, RSA) else 1
 
 
+_CONTEXTS: dict = {}
+
+
+def _context(tok, sampling, kappa, k_max: int, templates: str):
+    """One operator Context per (tokenizer, settings), reused across calls: the compiled
+    operator is cached per context, so evaluating several checkpoints that share a
+    tokenizer object (the demo) compiles each operator once."""
+    from prd_jax.operators.runner import MathGrader, make_context
+
+    key = (id(tok), sampling, kappa, k_max, templates)
+    if key not in _CONTEXTS:  # the entry holds `tok`, so its id is not reused while cached
+        _CONTEXTS[key] = (tok, make_context(tok, sampling, grader=MathGrader(tok), kappa=kappa, k_max=k_max,
+                                            templates=templates))
+    return _CONTEXTS[key][1]
+
+
 def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
     """Run `config.operators` on `config.dataset` (or the given problem `rows`); write results,
     summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh."""
@@ -167,9 +184,12 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     from prd_jax.data.jsonl import read_problems
     from prd_jax.model import load
     from prd_jax.operators.lm import ModelLM
-    from prd_jax.operators.runner import MathGrader, encode_problems, make_context, run_operator
+    from prd_jax.operators.runner import encode_problems, run_operator
     from prd_jax.rewards.math import grade_detailed
 
+    from prd_jax.operators.prompts import template_set
+
+    template_set(config.get("templates", "default"))  # an unknown set fails before any work
     os.makedirs(workdir, exist_ok=True)
     check_settings(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -185,7 +205,6 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     tok = model.tokenizer
     lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh)
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids)
-    grader = MathGrader(tok)
     results_path = os.path.join(workdir, "results.jsonl")
     done = read_done(results_path)
     batch = config.batch_size
@@ -199,7 +218,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
             width=config.max_problem_tokens)))
     with open(results_path, "a") as out:
         for op_index, spec in enumerate(specs):
-            ctx = make_context(tok, sampling, grader=grader, kappa=getattr(spec, "kappa", None), k_max=_k_max(spec))
+            ctx = _context(tok, sampling, getattr(spec, "kappa", None), _k_max(spec),
+                           config.get("templates", "default"))
             for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(config.k_samples):
                     bar.update(1)

@@ -4,6 +4,7 @@ problems with resume."""
 import json
 import os
 
+import ml_collections
 import pytest
 
 from prd_jax.config_io import apply_overrides, load_config
@@ -105,3 +106,30 @@ def test_rerun_with_other_sampling_settings_is_refused(tmp_path):
     config.temperature = 0.5
     with pytest.raises(ValueError, match="temperature.*1.0.*0.5.*Use a new workdir"):
         check_settings(config, str(tmp_path))
+
+
+def test_checkpoints_sharing_a_tokenizer_compile_each_operator_once(tmp_path):
+    import types
+
+    import jax
+
+    from prd_jax.data import synthetic
+    from prd_jax.model.config import NAMED_CONFIGS
+    from prd_jax.model.decoder import init_params
+    from prd_jax.operators.runner import _JITTED
+
+    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=256)
+    vocab = synthetic.CharVocab()
+    config = ml_collections.ConfigDict(dict(
+        dataset="synthetic", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2, temperature=1.0,
+        top_p=1.0, top_k=0, max_problem_tokens=64, templates="compact",
+        operators=[dict(type="long_cot", max_new_tokens=4), dict(type="sr", rounds=1, max_new_tokens=4)]))
+    rows = synthetic.generate(2, 0, 1)
+    sizes = [_JITTED._cache_size()]
+    for seed in (0, 1):  # two "checkpoints": same config and tokenizer object, other params
+        model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(seed)), tokenizer=vocab,
+                                      mesh=None)
+        table = evaluate(config, str(tmp_path / f"ev{seed}"), model=model, rows=rows, progress=False)
+        assert [t["problems"] for t in table] == [2, 2]
+        sizes.append(_JITTED._cache_size())
+    assert sizes[1] - sizes[0] == 2 and sizes[2] == sizes[1]  # two operators, compiled for the first only

@@ -9,6 +9,7 @@ import pytest
 
 from prd_jax.checkpoint import describe, latest_params
 from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.operators import prompts as P
 from prd_jax.train import rl as rl_mod
 from prd_jax.train.operator_rl import strict_pairs, verifier_reward
 
@@ -100,7 +101,8 @@ def test_mixing_ratio_and_operator_rows_train_only_completions(sft_workdir, spre
         # weights: 0 on every prompt position (template, problem, workspace), 1 on completion targets only
         assert not w[:first].any() and set(np.unique(w[first:])) <= {0.0, 1.0}
         is_operator_row = r >= standard * g
-        assert ("Candidate 1 (unverified)" in prompt_text) == is_operator_row  # the workspace is in the prompt
+        header = P.template_set(stage.rl.templates)["pdr_topk"].candidate_header.format(index=1)
+        assert (header in prompt_text) == is_operator_row  # the workspace is in the prompt
     if operator:
         assert metrics["workspace_length"] > 0 and metrics["operator/b_seq"] < metrics["operator/b_total"]
 

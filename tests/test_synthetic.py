@@ -203,11 +203,10 @@ def test_char_vocab_encodes_every_template_character():
     from prd_jax.operators import prompts
 
     v = S.CharVocab()
-    templates = [t for t in vars(prompts).values() if isinstance(t, prompts.Template)]
-    assert len(templates) >= 7
+    templates = [t for group in prompts.TEMPLATE_SETS.values() for t in group]
+    assert len(templates) == 22
     for t in templates:
-        assert v.unknown_chars(t.user + t.assistant_prefix) == [], t.name
-    assert v.unknown_chars(prompts.CANDIDATE_HEADER + prompts.CANDIDATE_FOOTER) == []
+        assert v.unknown_chars(t.user + t.assistant_prefix + t.candidate_header + t.candidate_footer) == [], t.name
 
 
 def test_char_vocab_with_operator_context():
@@ -223,6 +222,9 @@ def test_char_vocab_with_operator_context():
         "<|user|>" + S.render_prompt(prompts.SOLVE, problem=""))
     assert v.decode(solve.pieces[1], skip_special=False) == "\n<|assistant|>"
     assert v.decode(solve.headers[2]) == "### Candidate 3 (unverified)\n"
+    compact = runner.make_context(v, Sampling(stop_ids=v.stop_ids), templates="compact")
+    assert v.decode(compact.templates["pdr_topk"].headers[1]) == "#2\n"
+    assert v.decode(compact.templates["solve"].pieces[0], skip_special=False) == "<|user|>Solve: "
     assert all(len(piece) == len(v.decode(piece, skip_special=False)) - 7 * piece.count(v.user_id)
                - 12 * piece.count(v.assistant_id) for piece in solve.pieces)
 
@@ -261,3 +263,51 @@ def test_seqio_task():
         S.register_synthetic_task("x", vocab, {"train": (2, 1), "test": (2, 1)})
     with pytest.raises(ValueError, match="num_wrong"):
         S.register_synthetic_task("x", vocab, {"test": (2, 1)}, kind="pdr", k=2, num_wrong=(1, 3))
+
+
+# ---------------------------------------------------------------- SR and judge traces, the SFT mix
+
+
+def test_sr_trace_holds_the_earlier_attempt_and_answers_with_the_gold():
+    rng = np.random.default_rng(5)
+    for p in S.generate(40, 8, (1, 2, 3)):
+        for wrong in (False, True):
+            t = S.sr_trace(rng, p, wrong, "compact")
+            assert t["prompt"] == f"Improve: {p['problem']}\nEarlier:\n{t['previous']}"
+            assert t["response"] == p["solution"]
+            assert (S.final_answer(t["previous"]) != p["answer"]) == wrong
+            assert (t["previous"] == p["solution"]) == (not wrong)
+
+
+def test_judge_trace_ratings_parse_and_match_correctness():
+    from prd_jax.operators.judges import RatingParser
+
+    v = S.CharVocab()
+    parser = RatingParser(v)
+    rng = np.random.default_rng(6)
+    for p in S.generate(20, 9, (1, 2)):
+        for wrong in ((False, False), (False, True), (True, False), (True, True)):
+            t = S.judge_trace(rng, p, wrong, "compact")
+            assert t["response"].startswith("\n<rating_A>")  # continues the forced prefix of a 0-token judge
+            ids = v.encode(t["response"])
+            got = parser(np.asarray([ids]), np.asarray([len(ids)]), tags=("rating_A", "rating_B"))[0]
+            assert got.tolist() == [1 if w else 10 for w in wrong]
+            for cand, w in zip(t["candidates"], wrong):
+                assert (S.final_answer(cand) == p["answer"]) == (not w)
+                assert cand in t["prompt"]
+
+
+def test_sft_mix_fractions():
+    import ml_collections
+
+    from prd_jax.train.setup import synthetic_traces
+
+    p = S.generate(1, 0, 2)[0]
+    data = ml_collections.ConfigDict(dict(pdr_fraction=1.0, pdr_k=2, sr_fraction=1.0, judge_fraction=1.0))
+    rows = synthetic_traces(np.random.default_rng(0), p, data, "compact")
+    assert [r["prompt"].split(":")[0] for r in rows] == ["Solve", "Refine", "Improve", "Compare"]
+    data.update(dict(pdr_fraction=0.0, sr_fraction=0.0, judge_fraction=0.0))
+    assert len(synthetic_traces(np.random.default_rng(0), p, data, "compact")) == 1
+    rng, data.pdr_fraction = np.random.default_rng(1), 0.5
+    counts = [len(synthetic_traces(rng, p, data, "compact")) - 1 for _ in range(2000)]
+    assert abs(np.mean(counts) - 0.5) < 0.04

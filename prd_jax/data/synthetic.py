@@ -24,7 +24,10 @@ its chain of thought has d lines, then `\\boxed{answer}`. All text is ASCII.
 in exact integers, or brute force over x), so it checks the generator. `corrupt_solution`
 makes a plausible wrong solution (one slip, propagated), and `pdr_trace` builds PDR refine
 traces (PDR paper, arXiv 2510.01123 §3.2): k candidates, `num_wrong` of them wrong, then a
-correct solution. `CharVocab` is a character tokenizer with the interface of
+correct solution; `sr_trace` builds SR refine traces (one earlier attempt, then a correct
+solution) and `judge_trace` V1 pairwise judge traces (two candidates, then rating tags).
+Every trace renders its prompt with a named template set (`prompts.TEMPLATE_SETS`).
+`CharVocab` is a character tokenizer with the interface of
 `prd_jax.model.tokenizer.Tokenizer` that the operators and `data.vocab.HFVocabulary` use.
 
 Only numpy and the standard library are imported at module level; the prompt templates
@@ -47,7 +50,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "parse_problem",
            "solve", "final_answer", "corrupt_solution", "render_prompt", "render_candidates",
-           "solve_example", "pdr_trace", "as_messages", "write_jsonl", "register_synthetic_task",
+           "solve_example", "pdr_trace", "sr_trace", "judge_trace", "as_messages", "write_jsonl", "register_synthetic_task",
            "CharVocab"]
 
 FAMILIES = ("modchain", "modinverse")
@@ -281,39 +284,31 @@ def corrupt_solution(rng: np.random.Generator, problem: Mapping) -> str:
 
 
 def render_prompt(template: Any, **slots: str) -> str:
-    """The user text of a `prompts.Template` with its slots filled (`{{}}` becomes `{}`).
-
-    Mirrors `prompts.compile_template` in text; every slot of the template must be given.
-    """
-    def fill(match: re.Match) -> str:
-        name = match.group(1)
-        if name is None:
-            return "{}"
-        if name not in slots:
-            raise ValueError(f"template {template.name!r} needs slot {name!r}; given: {sorted(slots)}")
-        return str(slots[name])
-    return re.sub(r"\{\{\}\}|\{(\w+)\}", fill, template.user)
-
-
-def render_candidates(candidates: Sequence[str]) -> str:
-    """The workspace text: CANDIDATE_HEADER, candidate, CANDIDATE_FOOTER for each, numbered from 1."""
+    """The user text of a `prompts.Template` with its slots filled (`prompts.render`)."""
     from prd_jax.operators import prompts
-    return "".join(prompts.CANDIDATE_HEADER.format(index=i + 1) + c + prompts.CANDIDATE_FOOTER
-                   for i, c in enumerate(candidates))
+    return prompts.render(template, **slots)
 
 
-def solve_example(problem: Mapping) -> dict:
-    """SFT row {id, prompt, response}: the SOLVE prompt and the gold chain of thought."""
+def render_candidates(candidates: Sequence[str], templates: str = "default") -> str:
+    """The workspace text of the set's PDR_TOPK template: header, candidate, footer each, numbered from 1."""
     from prd_jax.operators import prompts
-    return {"id": problem["id"], "prompt": render_prompt(prompts.SOLVE, problem=problem["problem"]),
+    return prompts.render_candidates(prompts.template_set(templates)["pdr_topk"], candidates)
+
+
+def solve_example(problem: Mapping, templates: str = "default") -> dict:
+    """SFT row {id, prompt, response}: the set's SOLVE prompt and the gold chain of thought."""
+    from prd_jax.operators import prompts
+    solve = prompts.template_set(templates)["solve"]
+    return {"id": problem["id"], "prompt": render_prompt(solve, problem=problem["problem"]),
             "response": problem["solution"]}
 
 
-def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int) -> dict:
+def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int,
+              templates: str = "default") -> dict:
     """A PDR refine trace: k candidates (`num_wrong` corrupted, at random positions) and a correct response.
 
-    Returns {id, prompt_candidates, wrong (per candidate), prompt (PDR_TOPK user text with
-    the rendered workspace), response (the gold solution)}.
+    Returns {id, prompt_candidates, wrong (per candidate), prompt (the set's PDR_TOPK user
+    text with the rendered workspace), response (the gold solution)}.
     """
     from prd_jax.operators import prompts
     _check_rng(rng)
@@ -321,13 +316,43 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
     num_wrong = _check_int("num_wrong", num_wrong, 0)
     if num_wrong > k:
         raise ValueError(f"num_wrong={num_wrong}; must be <= k={k}")
+    topk = prompts.template_set(templates)["pdr_topk"]
     wrong = np.zeros(k, bool)
     wrong[rng.permutation(k)[:num_wrong]] = True
     candidates = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
-    prompt = render_prompt(prompts.PDR_TOPK, problem=problem["problem"],
-                           candidates=render_candidates(candidates))
+    prompt = render_prompt(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
     return {"id": problem["id"], "prompt_candidates": candidates, "wrong": wrong.tolist(),
             "prompt": prompt, "response": problem["solution"]}
+
+
+def sr_trace(rng: np.random.Generator, problem: Mapping, wrong: bool, templates: str = "default") -> dict:
+    """An SR refine trace (PDR paper §2, sequential refinement): one earlier attempt,
+    corrupted if `wrong`, then the gold solution. Returns {id, previous, wrong, prompt, response}."""
+    from prd_jax.operators import prompts
+    previous = corrupt_solution(_check_rng(rng), problem) if wrong else problem["solution"]
+    prompt = render_prompt(prompts.template_set(templates)["sr_refine"], problem=problem["problem"], previous=previous)
+    return {"id": problem["id"], "previous": previous, "wrong": bool(wrong), "prompt": prompt,
+            "response": problem["solution"]}
+
+
+JUDGE_RATINGS = (1, 10)  # (wrong, correct): the ends of V1's 1-10 scale
+
+
+def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templates: str = "default") -> dict:
+    """A pairwise judge trace (V1 paper §3) with no reasoning: candidates A and B (gold, or
+    corrupted where `wrong[i]`), then the forced-rating tags a judge with a zero reasoning
+    budget completes (`operators.judges.FORCED_PREFIXES`): 10 for a correct candidate, 1 for
+    a wrong one. Returns {id, candidates, wrong, prompt, response}."""
+    from prd_jax.operators import prompts
+    from prd_jax.operators.judges import FORCED_PREFIXES
+    _check_rng(rng)
+    cands = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
+    prompt = render_prompt(prompts.template_set(templates)["pairwise_math"], problem=problem["problem"],
+                           candidate_a=cands[0], candidate_b=cands[1])
+    a, b = (JUDGE_RATINGS[0] if w else JUDGE_RATINGS[1] for w in wrong)
+    open_a, open_b = FORCED_PREFIXES["pairwise"]
+    return {"id": problem["id"], "candidates": cands, "wrong": [bool(w) for w in wrong], "prompt": prompt,
+            "response": f"{open_a}{a}{open_b}{b}</rating_B>"}
 
 
 def as_messages(row: Mapping) -> dict:
@@ -385,7 +410,8 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
                             difficulty: Difficulty = (1, 2, 3, 4, 5, 6), family: str = "modchain",
                             modulus: Optional[int] = None, kind: str = "solve", k: int = 4,
                             num_wrong: Difficulty = (0, 1, 2, 3),
-                            render_inputs: Optional[Callable[[str], str]] = None) -> str:
+                            render_inputs: Optional[Callable[[str], str]] = None,
+                            templates: str = "default") -> str:
     """Register (or replace) seqio task `name` over generated problems; returns `name`.
 
     `splits` maps split -> (num_examples, seed); seeds must differ between splits. kind
@@ -394,7 +420,8 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
     `render_inputs` maps the user text to the model's input text (e.g. a chat template).
     Features as in `data.tasks`: `inputs` without EOS, `targets` with EOS, plus `id`,
     `answer` and the `*_pretokenized` strings. `vocabulary` is a seqio.Vocabulary, e.g.
-    `data.vocab.HFVocabulary(CharVocab())`.
+    `data.vocab.HFVocabulary(CharVocab())`. `templates` names the prompt set
+    (`prompts.TEMPLATE_SETS`).
     """
     if kind not in ("solve", "pdr"):
         raise ValueError(f"kind={kind!r}; allowed: 'solve', 'pdr'")
@@ -412,6 +439,8 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
         if max(wrong_choices) > k:
             raise ValueError(f"num_wrong={num_wrong!r}; every value must be <= k={k}")
     _difficulties(difficulty)
+    from prd_jax.operators.prompts import template_set
+    template_set(templates)
     modulus = _check_modulus(_check_family(family), modulus)
 
     import seqio
@@ -427,10 +456,10 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
             rows = []
             for p in problems:
                 if kind == "solve":
-                    user = solve_example(p)["prompt"]
+                    user = solve_example(p, templates)["prompt"]
                 else:
                     w = wrong_choices[int(rng.integers(len(wrong_choices)))]
-                    user = pdr_trace(rng, p, k, w)["prompt"]
+                    user = pdr_trace(rng, p, k, w, templates)["prompt"]
                 rows.append((p["id"], render_inputs(user) if render_inputs else user,
                              p["solution"], p["answer"]))
             cache[split] = {key: [r[j] for r in rows]

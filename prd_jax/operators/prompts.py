@@ -16,13 +16,19 @@ import re
 from typing import Optional
 
 SLOTS = ("problem", "previous", "candidates", "summary", "candidate", "candidate_a", "candidate_b")
+CANDIDATE_HEADER = "### Candidate {index} (unverified)\n"
+CANDIDATE_FOOTER = "\n\n"
 
 
 @dataclasses.dataclass(frozen=True)
 class Template:
+    """User-turn text with slots; each workspace candidate is wrapped in header/footer."""
+
     name: str
     user: str
     assistant_prefix: str = ""
+    candidate_header: str = CANDIDATE_HEADER  # "{index}" is the candidate's 1-based number
+    candidate_footer: str = CANDIDATE_FOOTER
 
 
 SOLVE = Template("solve", (
@@ -99,8 +105,57 @@ RSA_AGGREGATE = Template("rsa_aggregate", (
 DEFAULT_TEMPLATES = (SOLVE, SR_REFINE, SR_ERROR_ANALYSIS, PDR_TOPK, PDR_SUMMARY, DISTILL_SUMMARY,
                      PAIRWISE_MATH, PAIRWISE_CODE, POINTWISE_MATH, POINTWISE_CODE, RSA_AGGREGATE)
 
-CANDIDATE_HEADER = "### Candidate {index} (unverified)\n"
-CANDIDATE_FOOTER = "\n\n"
+# Compact set for small models trained from scratch (the demo): the same slots and calls in
+# a few characters, so that with a character vocabulary B_seq counts reasoning rather than
+# instructions. A model must be trained on the set it is run with (data.templates,
+# rl.templates and the eval config's `templates` name the set).
+_HEAD, _FOOT = "#{index}\n", "\n"
+
+
+def _compact(name: str, user: str) -> Template:
+    return Template(name, user, candidate_header=_HEAD, candidate_footer=_FOOT)
+
+
+COMPACT_TEMPLATES = (
+    _compact("solve", "Solve: {problem}"),
+    _compact("sr_refine", "Improve: {problem}\nEarlier:\n{previous}"),
+    _compact("sr_error_analysis", "Find flaws, then fix: {problem}\nEarlier:\n{previous}"),
+    _compact("pdr_topk", "Refine: {problem}\n{candidates}"),
+    _compact("pdr_summary", "Refine: {problem}\nSummary:\n{summary}"),
+    _compact("distill_summary", "Summarize in {kappa}: {problem}\n{candidates}"),
+    _compact("pairwise_math", "Compare: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
+    _compact("pairwise_code", "Compare programs: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
+    _compact("pointwise_math", "Rate: {problem}\n{candidate}"),
+    _compact("pointwise_code", "Rate program: {problem}\n{candidate}"),
+    _compact("rsa_aggregate", "Combine: {problem}\n{candidates}"),
+)
+
+TEMPLATE_SETS = {"default": DEFAULT_TEMPLATES, "compact": COMPACT_TEMPLATES}
+
+
+def template_set(name: str) -> dict:
+    """{template name: Template} of a named set; ValueError naming the allowed sets."""
+    if name not in TEMPLATE_SETS:
+        raise ValueError(f"templates={name!r}; allowed: {sorted(TEMPLATE_SETS)}")
+    return {t.name: t for t in TEMPLATE_SETS[name]}
+
+
+def render(template: Template, **slots: str) -> str:
+    """The user text of `template` with its slots filled (`{{}}` becomes `{}`); every slot must be given."""
+    def fill(match: re.Match) -> str:
+        name = match.group(1)
+        if name is None:
+            return "{}"
+        if name not in slots:
+            raise ValueError(f"template {template.name!r} needs slot {name!r}; given: {sorted(slots)}")
+        return str(slots[name])
+    return re.sub(r"\{\{\}\}|\{(\w+)\}", fill, template.user)
+
+
+def render_candidates(template: Template, candidates) -> str:
+    """The workspace text of `candidates` under `template`'s header and footer, numbered from 1."""
+    return "".join(template.candidate_header.format(index=i + 1) + c + template.candidate_footer
+                   for i, c in enumerate(candidates))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,5 +185,5 @@ def compile_template(tokenizer, template: Template, *, k_max: int = 16,
     if len(parts) != len(slots) + 1:
         raise ValueError(f"template {template.name!r}: the chat template dropped or repeated a slot")
     pieces = tuple(tuple(tokenizer.encode(p)) for p in parts)
-    headers = tuple(tuple(tokenizer.encode(CANDIDATE_HEADER.format(index=i + 1))) for i in range(k_max))
-    return CompiledTemplate(template.name, pieces, slots, headers, tuple(tokenizer.encode(CANDIDATE_FOOTER)))
+    headers = tuple(tuple(tokenizer.encode(template.candidate_header.format(index=i + 1))) for i in range(k_max))
+    return CompiledTemplate(template.name, pieces, slots, headers, tuple(tokenizer.encode(template.candidate_footer)))

@@ -22,11 +22,18 @@ log = logging.getLogger(__name__)
 
 
 def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
-                 k_max: int = 16, templates: Optional[dict] = None, trace: bool = False) -> Context:
-    """Compile the default (or given) templates for `tokenizer` into an operator Context
-    (`trace`: operators also return each round's prompts and logprobs, for RL)."""
-    chosen = {t.name: t for t in P.DEFAULT_TEMPLATES}
-    chosen.update(templates or {})
+                 k_max: int = 16, templates="default", trace: bool = False) -> Context:
+    """Compile a template set for `tokenizer` into an operator Context.
+
+    `templates`: a set name from `prompts.TEMPLATE_SETS`, or {name: Template} replacing
+    entries of the default set. `trace`: operators also return each round's prompts and
+    logprobs, for RL.
+    """
+    if isinstance(templates, str):
+        chosen = P.template_set(templates)
+    else:
+        chosen = P.template_set("default")
+        chosen.update(templates or {})
     compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
     return Context(compiled, RatingTokens.from_tokenizer(tokenizer), sampling, tokenizer.pad_id, grader,
                    RatingParser(tokenizer), AnswerGrouper(tokenizer), trace)

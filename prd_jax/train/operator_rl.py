@@ -80,7 +80,7 @@ class OperatorRollouts:
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
         self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)),
-                                k_max=max(spec.schedule), kappa=spec.kappa, trace=True)
+                                k_max=max(spec.schedule), kappa=spec.kappa, trace=True, templates=rl.templates)
         self.drafts = rl.gradient_targets == "drafts_and_refine"
 
     def _problems(self, chosen):
@@ -173,7 +173,8 @@ class VerifierRollouts:
         self.g = rl.samples_per_prompt
         self.per_prompt = rl.verifier_pairs_per_prompt if self.pairwise else self.g
         self.rows = num_prompts * self.per_prompt
-        ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1)
+        ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1,
+                           templates=rl.templates)
         self.template = ctx.templates["pairwise_math" if self.pairwise else "pointwise_math"]
         self.pad_id = tokenizer.pad_id
         self._generate = jax.jit(self._generate_fn)

@@ -61,6 +61,7 @@ class RLConfig:
     verifier_max_new_tokens: int = 64
     verifier_candidate_max_tokens: int = 128
     seed_offset: int = 0
+    templates: str = "default"  # prompt set (operators/prompts.TEMPLATE_SETS) of rollouts and judges
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
@@ -79,6 +80,8 @@ class RLConfig:
             raise ValueError(f"config.rl.operator_fraction={self.operator_fraction}; allowed: [0, 1]")
         if self.gradient_targets not in GRADIENT_TARGETS:
             raise ValueError(f"config.rl.gradient_targets={self.gradient_targets!r}; allowed: {GRADIENT_TARGETS}")
+        if self.templates not in P.TEMPLATE_SETS:
+            raise ValueError(f"config.rl.templates={self.templates!r}; allowed: {sorted(P.TEMPLATE_SETS)}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"config.rl.verifier={self.verifier!r}; allowed: {VERIFIERS}")
         if self.operator_fraction > 0:
@@ -228,7 +231,7 @@ class RLStage:
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:
-        text = P.SOLVE.user.replace("{{}}", "{}").replace("{problem}", problem)
+        text = P.render(P.template_set(self.rl.templates)["solve"], problem=problem)
         return self.tok.encode_chat([{"role": "user", "content": text}]) if hasattr(self.tok, "encode_chat") \
             else self.tok.encode(self.tok.apply_chat_template([{"role": "user", "content": text}]))
 

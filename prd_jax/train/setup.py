@@ -119,20 +119,41 @@ def synthetic_rows(data, seed: int, n: int) -> list:
     return synthetic.generate(n, seed, tuple(data.difficulty), family=data.get("family", "modchain"))
 
 
+def synthetic_traces(rng, problem, data, templates: str) -> list:
+    """SFT rows of one synthetic problem: its single-pass trace, then, each with its
+    probability, a PDR refine trace (`data.pdr_fraction`; `data.pdr_k` candidates, 0..k of
+    them wrong, uniformly), an SR refine trace (`data.sr_fraction`; the earlier attempt
+    wrong with probability 1/2) and a pairwise judge trace (`data.judge_fraction`; each
+    candidate wrong with probability 1/2)."""
+    from prd_jax.data import synthetic
+
+    rows = [synthetic.solve_example(problem, templates)]
+    if rng.random() < data.pdr_fraction:
+        rows.append(synthetic.pdr_trace(rng, problem, data.pdr_k, int(rng.integers(0, data.pdr_k + 1)), templates))
+    if rng.random() < data.get("sr_fraction", 0.0):
+        rows.append(synthetic.sr_trace(rng, problem, bool(rng.integers(2)), templates))
+    if rng.random() < data.get("judge_fraction", 0.0):
+        rows.append(synthetic.judge_trace(rng, problem, tuple(bool(w) for w in rng.integers(0, 2, 2)), templates))
+    return rows
+
+
 def sft_examples(config, tokenizer) -> tuple[list, list]:
     """(train, validation) SFT examples `(prompt_ids, completion_ids)` from `config.data`."""
-    from prd_jax.data import sft, synthetic
+    from prd_jax.data import sft
 
     data = config.data
     if data.source == "synthetic":
+        from prd_jax.operators.prompts import TEMPLATE_SETS
+
+        templates = data.get("templates", "default")
+        if templates not in TEMPLATE_SETS:
+            raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(TEMPLATE_SETS)}")
         rng = np.random.default_rng(config.seed)
         train_rows, eval_rows = [], []
         for rows, n, seed, out in ((train_rows, data.num_train, config.seed, "train"),
                                    (eval_rows, data.num_eval, config.seed + 10_000, "eval")):
             for p in synthetic_rows(data, seed, n):
-                rows.append(synthetic.solve_example(p))
-                if rng.random() < data.pdr_fraction:  # PDR-format trace: a workspace, then a fix
-                    rows.append(synthetic.pdr_trace(rng, p, data.pdr_k, int(rng.integers(1, data.pdr_k + 1))))
+                rows += synthetic_traces(rng, p, data, templates)
         return sft.examples_from_rows(tokenizer, train_rows), sft.examples_from_rows(tokenizer, eval_rows)
     if data.source == "jsonl":
         from prd_jax.data import chat_traces
