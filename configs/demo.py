@@ -24,11 +24,12 @@ def get_config(arg=None):
     c.quick = False
     c.seed = 0
     c.difficulty = (1, 2)
-    c.sft_steps = 450
-    c.rl_steps = 24
-    c.rl_learning_rate = 3e-4
+    c.sft_steps = 600
+    c.rl_steps = 32
+    c.rl_learning_rate = 1e-4
     c.eval_problems = 96
     c.eval_batch = 16
+    c.eval_temperature = 1.0  # PDR's drafts need diversity; every operator samples at this temperature
     c.budget = 64  # per-call generation budget of SR / PDR / best-of-N calls; Long-CoT gets 2x
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
     c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16)

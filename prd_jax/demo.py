@@ -47,13 +47,26 @@ def stage_configs(demo, workdir: str) -> dict:
             "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl)}
 
 
+def training_texts(configs: dict) -> set:
+    """Text of every problem a training stage saw (SFT train and held-out loss rows, RL prompts):
+    the demo evaluates only on problems outside this set."""
+    from prd_jax.train.setup import synthetic_rows
+
+    seen = set()
+    for config in configs.values():
+        data = config.data
+        for seed, n in ((config.seed, data.num_train), (config.seed + 10_000, data.get("num_eval", 0))):
+            seen.update(p["problem"] for p in synthetic_rows(data, seed, n))
+    return seen
+
+
 def eval_config(demo, templates: str = "compact"):
     b = demo.budget
     common = dict(max_new_tokens=b, candidate_max_tokens=b, truncation_head=b // 4)
     c = ml_collections.ConfigDict()
     c.dataset, c.model, c.seed = "synthetic", "tiny", demo.seed
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
-    c.temperature, c.top_p, c.top_k = 1.0, 1.0, 0
+    c.temperature, c.top_p, c.top_k = demo.eval_temperature, 1.0, 0
     c.max_problem_tokens = 96
     c.templates = templates  # the prompt set the models were trained on
     c.operators = [dict(type="long_cot", max_new_tokens=2 * b),
@@ -88,23 +101,26 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     for name in CHECKPOINTS:
         log.info("demo: training %s", name)
         train(configs[name], os.path.join(workdir, name), progress=progress)
-    problems = synthetic.generate(demo.eval_problems, demo.seed + 1_000_003, tuple(demo.difficulty))  # held out
+    problems = synthetic.held_out(demo.eval_problems, demo.seed + 1_000_003, tuple(demo.difficulty),
+                                  training_texts(configs))
     tables, steps = {}, {}
     vocab = synthetic.CharVocab()  # one tokenizer object: each eval operator compiles once for all checkpoints
     for name in CHECKPOINTS:
         model, steps[name] = _model(os.path.join(workdir, name), configs[name], vocab)
         tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name), model=model,
                                 rows=problems, progress=progress)
-    write_results(workdir, demo, tables, steps, markdown_table)
+    counts = {d: sum(p["difficulty"] == d for p in problems) for d in sorted({p["difficulty"] for p in problems})}
+    write_results(workdir, demo, tables, steps, markdown_table, counts)
     return tables
 
 
-def write_results(workdir, demo, tables, steps, markdown_table) -> None:
+def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts: dict) -> None:
     from prd_jax.evaluate import pareto_plot
 
     lines = ["# prd_jax demo results", "",
-             f"{demo.eval_problems} held-out synthetic problems (difficulty {tuple(demo.difficulty)}), k=1, "
-             f"T=1.0; per-call budget {demo.budget} (Long-CoT {2 * demo.budget}).", ""]
+             f"{demo.eval_problems} synthetic problems not seen in training (difficulty counts "
+             f"{held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget {demo.budget} "
+             f"(Long-CoT {2 * demo.budget}).", ""]
     combined = []
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
@@ -112,6 +128,7 @@ def write_results(workdir, demo, tables, steps, markdown_table) -> None:
     with open(os.path.join(workdir, "results.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump({"steps": steps, "tables": tables}, f, indent=1)
+        json.dump({"steps": steps, "eval_difficulties": {str(d): n for d, n in held_out_counts.items()},
+                   "tables": tables}, f, indent=1)
     pareto_plot(combined, os.path.join(workdir, "pareto.png"), "demo: accuracy vs budget per checkpoint")
     print("\n".join(lines))

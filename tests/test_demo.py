@@ -28,6 +28,7 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
     results = json.load(open(os.path.join(workdir, "results.json")))
     assert list(results["tables"]) == list(CHECKPOINTS)
     assert results["steps"] == {"sft": 4, "rl_baseline": 1, "rl_pdr": 1}
+    assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"1", "2"}
     text = open(os.path.join(workdir, "results.md")).read()
     for name, table in results["tables"].items():
         ops = [t["operator"].split("(")[0] for t in table]

@@ -117,6 +117,24 @@ def test_sr_budget(error_analysis):
     assert int(res.truncations[0]) == 2  # both refine prompts cut the 9-token answer to 6
 
 
+def test_a_final_stop_token_counts_in_its_call_but_is_not_quoted():
+    from prd_jax.operators.calls import strip_stop
+
+    tok = jnp.asarray([[5, 6, 1, 0], [5, 1, 7, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    assert strip_stop(tok, jnp.asarray([3, 3, 1, 0]), (1, 4)).tolist() == [2, 3, 0, 0]
+    assert strip_stop(tok, jnp.asarray([3, 3, 1, 0]), ()).tolist() == [3, 3, 1, 0]
+    # every scripted call ends in token 100 (sample 0); with 100 a stop id, the SR refine
+    # prompt quotes N - 1 tokens of the draft, while the draft's out_tokens stay N
+    ctx = make_context(TOK, Sampling(stop_ids=(100,)), grader=FirstTokenGrader(), kappa=KAPPA, k_max=4)
+    res = run_operator(ScriptedLM(), problems("d"), jax.random.key(0), SR(1, False, N, N, HEAD), ctx)
+    assert int(res.b_seq[0]) == (SOLVE_IN + N) + (literal_len(P.SR_REFINE) + LP + N - 1 + N)
+    assert int(res.truncations[0]) == 0
+    res = run_operator(ScriptedLM(), problems("d"), jax.random.key(0), PDR((2, 1), "shared_topk", 2, "random",
+                                                                          KAPPA, N, N, HEAD), ctx)
+    # sample 0's stop token is not quoted; sample 1 (token 101) has none
+    assert int(res.workspace_lengths[0]) == header_len(1) + header_len(2) + 2 * FOOT + (N - 1) + N
+
+
 @pytest.mark.parametrize("distill", ["shared_topk", "per_sample_topk", "random_k"])
 def test_pdr_extractive_budgets(distill):
     res, b_seq, b_total = run(pdr_spec(distill))

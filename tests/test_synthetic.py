@@ -311,3 +311,16 @@ def test_sft_mix_fractions():
     rng, data.pdr_fraction = np.random.default_rng(1), 0.5
     counts = [len(synthetic_traces(rng, p, data, "compact")) - 1 for _ in range(2000)]
     assert abs(np.mean(counts) - 0.5) < 0.04
+
+
+def test_held_out_problems_avoid_every_seen_text():
+    train = S.generate(4000, 0, (1, 2))
+    seen = {p["problem"] for p in train}
+    assert len({p["problem"] for p in train if p["difficulty"] == 1}) == 260  # every difficulty-1 problem
+    out = S.held_out(96, 7, (1, 2), seen)
+    texts = [p["problem"] for p in out]
+    assert len(out) == 96 and len(set(texts)) == 96 and not set(texts) & seen
+    assert {p["difficulty"] for p in out} == {2} and all(S.solve(t) == p["answer"] for t, p in zip(texts, out))
+    assert S.held_out(96, 7, (1, 2), seen) == out  # reproducible
+    with pytest.raises(ValueError, match="only 0 of n=5 problems of difficulty=1 are unseen"):
+        S.held_out(5, 7, 1, seen)

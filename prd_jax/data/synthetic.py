@@ -48,7 +48,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "parse_problem",
+__all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "held_out", "parse_problem",
            "solve", "final_answer", "corrupt_solution", "render_prompt", "render_candidates",
            "solve_example", "pdr_trace", "sr_trace", "judge_trace", "as_messages", "write_jsonl", "register_synthetic_task",
            "CharVocab"]
@@ -205,6 +205,28 @@ def generate(n: int, seed: int, difficulty: Difficulty, family: str = "modchain"
     for i in range(n):
         d = choices[int(rng.integers(len(choices)))] if len(choices) > 1 else choices[0]
         out.append(make_problem(rng, d, family, modulus, id=f"{family}-s{seed}-{i:06d}"))
+    return out
+
+
+def held_out(n: int, seed: int, difficulty: Difficulty, seen, family: str = "modchain",
+             modulus: Optional[int] = None, max_draws: int = 100) -> list[dict]:
+    """`n` problems whose text is not in `seen` (e.g. every training problem's text).
+
+    Draws `generate(max_draws * n, seed, ...)` in order and keeps unseen texts, each once.
+    Low difficulties have few distinct problems (difficulty 1 mod 10: 260), so they may be
+    entirely seen; raises ValueError if fewer than `n` unseen problems turn up.
+    """
+    n = _check_int("n", n, 0)
+    seen, out = set(seen), []
+    for p in generate(max_draws * n, seed, difficulty, family, modulus):
+        if len(out) == n:
+            break
+        if p["problem"] not in seen:
+            seen.add(p["problem"])
+            out.append(p)
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} of n={n} problems of difficulty={difficulty!r} are unseen; "
+                         "use higher difficulties or fewer problems")
     return out
 
 

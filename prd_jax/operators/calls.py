@@ -95,13 +95,25 @@ def rows(x: Array, per: int) -> Array:
     return jnp.repeat(x, per, axis=0) if per > 1 else x
 
 
-def single(cand_tok, cand_len, spec):
-    """One candidate capped head+tail at `spec.candidate_max_tokens`; (segment, cut [R])."""
+def strip_stop(tok, length, stop_ids):
+    """Lengths `[R]` without a final stop token (EOS, end of turn): the stop ends a call and
+    counts in its out_tokens, but it is not part of the text a later prompt quotes (a quoted
+    end-of-turn token would end the quoting prompt's turn early)."""
+    if not stop_ids:
+        return length
+    last = jnp.take_along_axis(tok, jnp.maximum(length - 1, 0)[:, None], axis=1)[:, 0]
+    return length - (jnp.isin(last, jnp.asarray(stop_ids)) & (length > 0)).astype(length.dtype)
+
+
+def single(cand_tok, cand_len, spec, stop_ids=()):
+    """One candidate, final stop token dropped, capped head+tail at `spec.candidate_max_tokens`;
+    (segment, cut [R])."""
+    cand_len = strip_stop(cand_tok, cand_len, stop_ids)
     tok, length, cut = truncate_head_tail(cand_tok, cand_len, spec.candidate_max_tokens, spec.truncation_head)
     return (tok, length), cut.astype(jnp.int32)
 
 
-def candidate_list(tpl, cand_tok, cand_len, idx, admitted, spec):
+def candidate_list(tpl, cand_tok, cand_len, idx, admitted, spec, stop_ids=()):
     """Segments "header_j candidate_j footer" for j < k from `idx [R, k]` into `cand [R, M, N]`."""
     n_rows, k = idx.shape
     segs, truncs = [], jnp.zeros((n_rows,), jnp.int32)
@@ -109,7 +121,7 @@ def candidate_list(tpl, cand_tok, cand_len, idx, admitted, spec):
     for j in range(k):
         tok = jnp.take_along_axis(cand_tok, idx[:, j, None, None], axis=1)[:, 0]
         length = jnp.take_along_axis(cand_len, idx[:, j:j + 1], axis=1)[:, 0] * admitted[:, j]
-        (tok, length), cut = single(tok, length, spec)
+        (tok, length), cut = single(tok, length, spec, stop_ids)
         header = literal(tpl.headers[j], n_rows)
         on = admitted[:, j].astype(jnp.int32)
         segs += [(header[0], header[1] * on), (tok, length), (footer[0], footer[1] * on)]

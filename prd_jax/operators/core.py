@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from prd_jax.operators import verify
 from prd_jax.operators.assembly import assemble
 from prd_jax.operators.budget import CallLog, group
-from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fold, path_calls, per_sample,
+from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fold, path_calls, per_sample, strip_stop,
                                      problem_rows, rows, single)
 from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
 
@@ -128,7 +128,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
     workspace = empty_workspace(b)
     for r in range(2, spec.rounds + 2):
-        workspace, cut = single(tok, length, spec)
+        workspace, cut = single(tok, length, spec, ctx.sampling.stop_ids)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
         tok, length, in_tok, overflow = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1)
         groups.append(group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "refine"))
@@ -167,10 +167,11 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     problem = problem_rows(problems, 1)
     all_idx = jnp.broadcast_to(jnp.arange(m_prev)[None, :], (b, m_prev))
     cands, cut = candidate_list(ctx.templates["distill_summary"], cand_t, cand_l, all_idx,
-                                jnp.ones((b, m_prev), bool), spec)
+                                jnp.ones((b, m_prev), bool), spec, ctx.sampling.stop_ids)
     segs = fill(ctx.templates["distill_summary"], b, {"problem": problem, "candidates": cands})
     s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1)
     extra = ExtraCalls(r, "summary", s_in[:, None], s_len[:, None], before=True)
+    s_len = strip_stop(s_tok, s_len, ctx.sampling.stop_ids)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
     out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
     parent = jnp.broadcast_to(jnp.arange(m_next)[None, :] % m_prev, (b, m_next))
@@ -193,12 +194,12 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
     if spec.refine_template == "previous":
         top_t = jnp.take_along_axis(src_t, sel_idx[:, :1, None], axis=1)[:, 0]
         top_l = jnp.take_along_axis(src_l, sel_idx[:, :1], axis=1)[:, 0] * sel_adm[:, 0]
-        seg, cut = single(top_t, top_l, spec)
+        seg, cut = single(top_t, top_l, spec, ctx.sampling.stop_ids)
         workspace_rows = [seg]
         segs = fill(ctx.templates["sr_refine"], n_rows, {"problem": prob, "previous": workspace_rows})
     else:
         tpl = ctx.templates["pdr_topk"]
-        workspace_rows, cut = candidate_list(tpl, src_t, src_l, sel_idx, sel_adm, spec)
+        workspace_rows, cut = candidate_list(tpl, src_t, src_l, sel_idx, sel_adm, spec, ctx.sampling.stop_ids)
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:

@@ -77,7 +77,7 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         idx = _draw_subsets(fold(lkey, 13), admitted, n, k)  # [B, n, k]
         adm = jnp.take_along_axis(jnp.broadcast_to(admitted[:, None, :], (b, n, n)), idx, axis=2)
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
-                                    adm.reshape(b * n, k), spec)
+                                    adm.reshape(b * n, k), spec, ctx.sampling.stop_ids)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
         tok, length, in_t, over = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1)
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)

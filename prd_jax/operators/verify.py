@@ -51,16 +51,16 @@ class Selection:
         return [dataclasses.replace(c, round=round_index) for c in self.calls]
 
 
-def _flat_candidates(cand_t, cand_l, spec):
+def _flat_candidates(cand_t, cand_l, spec, stop_ids):
     b, n, length = cand_t.shape
-    (tok, lens), _ = single(cand_t.reshape(b * n, length), cand_l.reshape(b * n), spec)
+    (tok, lens), _ = single(cand_t.reshape(b * n, length), cand_l.reshape(b * n), spec, stop_ids)
     return tok.reshape(b, n, -1), lens.reshape(b, n)
 
 
 def pointwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec) -> Selection:
     """Rate each candidate 1..10 with the pointwise judge; score = rating (V1 §3 baseline)."""
     b, n, _ = cand_t.shape
-    tok, lens = _flat_candidates(cand_t, cand_l, spec)
+    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx.sampling.stop_ids)
     segs = fill(ctx.templates[f"pointwise_{judge.domain}"], b * n,
                 {"problem": problem_rows(problems, n), "candidate": [(tok.reshape(b * n, -1), lens.reshape(-1))]})
     r = judges.rate(lm, segs, per_sample(key, n), ctx, judge, "pointwise")
@@ -141,7 +141,7 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
     if n < 2:
         return Selection(jnp.zeros((b, n)), jnp.ones((b, n), bool), [], jnp.zeros((b,), jnp.int32))
     budget, w, t_max = tournament_budget(method, n, judge)
-    tok, lens = _flat_candidates(cand_t, cand_l, spec)
+    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx.sampling.stop_ids)
     seeds = jax.vmap(lambda k: jax.random.randint(k, (), 0, 2 ** 31 - 1))(key)
     host = functools.partial(_host_step, method, n, budget, judge, w)
     shapes = (jax.ShapeDtypeStruct((b, w, 2), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32),
