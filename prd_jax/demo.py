@@ -107,20 +107,66 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     vocab = synthetic.CharVocab()  # one tokenizer object: each eval operator compiles once for all checkpoints
     for name in CHECKPOINTS:
         model, steps[name] = _model(os.path.join(workdir, name), configs[name], vocab)
-        tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name), model=model,
-                                rows=problems, progress=progress)
+        tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name),
+                                model=model, rows=problems, progress=progress)
     counts = {d: sum(p["difficulty"] == d for p in problems) for d in sorted({p["difficulty"] for p in problems})}
-    write_results(workdir, demo, tables, steps, markdown_table, counts)
+    claims = [paired_claim(workdir, *c) for c in CLAIMS]
+    write_results(workdir, demo, tables, steps, markdown_table, counts, claims)
     return tables
 
 
-def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts: dict) -> None:
+# The issue's three claims (plus PDR vs Long-CoT after RL), as (text, (run, operator) A, B): "A beats B".
+CLAIMS = (("RL beats SFT (Long-CoT)", ("rl_baseline", "long_cot"), ("sft", "long_cot")),
+          ("PDR beats Long-CoT (SFT checkpoint)", ("sft", "pdr"), ("sft", "long_cot")),
+          ("PDR beats Long-CoT (RL checkpoint)", ("rl_baseline", "pdr"), ("rl_baseline", "long_cot")),
+          ("PDR-RL beats RL under PDR inference", ("rl_pdr", "pdr"), ("rl_baseline", "pdr")))
+
+
+def _correct_by_problem(workdir: str, run: str, operator: str) -> tuple[dict, float]:
+    """{problem_id: correct} of sample 0 and the mean B_seq, from one run's eval results."""
+    with open(os.path.join(workdir, "eval", run, "results.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if r["operator"].split("(")[0] == operator and r["sample"] == 0 and "correct" in r]
+    return {r["problem_id"]: bool(r["correct"]) for r in rows}, sum(r["b_seq"] for r in rows) / max(len(rows), 1)
+
+
+def paired_claim(workdir: str, text: str, a: tuple, b: tuple) -> dict:
+    """Paired comparison of A and B on the same problems: the mean difference in accuracy,
+    its standard error (sample std of per-problem differences / sqrt(n)), the discordant
+    counts (A right and B wrong, and the reverse) and a verdict: "holds" if the 95% interval
+    (diff +- 1.96 SE) lies above 0, "reversed" if below, else "not shown"."""
+    import numpy as np
+
+    (ca, bseq_a), (cb, bseq_b) = _correct_by_problem(workdir, *a), _correct_by_problem(workdir, *b)
+    ids = sorted(set(ca) & set(cb))
+    d = np.asarray([float(ca[i]) - float(cb[i]) for i in ids])
+    diff = float(d.mean()) if len(d) else 0.0
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    verdict = "holds" if diff - 1.96 * se > 0 else "reversed" if diff + 1.96 * se < 0 else "not shown"
+    return {"claim": text, "a": "/".join(a), "b": "/".join(b), "n": len(ids),
+            "acc_a": float(np.mean([ca[i] for i in ids])) if ids else 0.0,
+            "acc_b": float(np.mean([cb[i] for i in ids])) if ids else 0.0, "diff": diff, "se": se,
+            "a_only": int((d > 0).sum()), "b_only": int((d < 0).sum()), "b_seq_a": bseq_a, "b_seq_b": bseq_b,
+            "verdict": verdict}
+
+
+def claims_table(claims: list) -> str:
+    head = ("| claim (A beats B) | A | B | n | acc A | acc B | A - B (95% CI) | only A right / only B right "
+            "| B_seq A / B | verdict |\n|---|---|---|---|---|---|---|---|---|---|")
+    return "\n".join([head] + [
+        f"| {c['claim']} | {c['a']} | {c['b']} | {c['n']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | "
+        f"{c['diff']:+.3f} (+-{1.96 * c['se']:.3f}) | {c['a_only']} / {c['b_only']} | "
+        f"{c['b_seq_a']:.0f} / {c['b_seq_b']:.0f} | {c['verdict']} |" for c in claims])
+
+
+def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts: dict, claims: list) -> None:
     from prd_jax.evaluate import pareto_plot
 
     lines = ["# prd_jax demo results", "",
              f"{demo.eval_problems} synthetic problems not seen in training (difficulty counts "
              f"{held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget {demo.budget} "
              f"(Long-CoT {2 * demo.budget}).", ""]
+    lines += ["## Claims (paired on the same problems, k=1)", "", claims_table(claims), ""]
     combined = []
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
@@ -129,6 +175,6 @@ def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts:
         f.write("\n".join(lines))
     with open(os.path.join(workdir, "results.json"), "w") as f:
         json.dump({"steps": steps, "eval_difficulties": {str(d): n for d, n in held_out_counts.items()},
-                   "tables": tables}, f, indent=1)
+                   "claims": claims, "tables": tables}, f, indent=1)
     pareto_plot(combined, os.path.join(workdir, "pareto.png"), "demo: accuracy vs budget per checkpoint")
     print("\n".join(lines))

@@ -29,7 +29,12 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
     assert list(results["tables"]) == list(CHECKPOINTS)
     assert results["steps"] == {"sft": 4, "rl_baseline": 1, "rl_pdr": 1}
     assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"1", "2"}
+    assert [c["claim"] for c in results["claims"]][0] == "RL beats SFT (Long-CoT)"
+    for c in results["claims"]:  # paired counts agree with the accuracies
+        assert c["n"] == 4 and abs(c["acc_a"] - c["acc_b"] - (c["a_only"] - c["b_only"]) / 4) < 1e-9
+        assert c["verdict"] in ("holds", "reversed", "not shown")
     text = open(os.path.join(workdir, "results.md")).read()
+    assert "## Claims (paired on the same problems, k=1)" in text
     for name, table in results["tables"].items():
         ops = [t["operator"].split("(")[0] for t in table]
         assert ops == ["long_cot", "sr", "pdr", "best_of_n"] and f"## {name} (step" in text
