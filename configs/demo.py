@@ -1,19 +1,20 @@
 """The main demo job (`make demo`): a tiny decoder trained from scratch on CPU, end to end.
 
-1. SFT from scratch on the synthetic modular-arithmetic task (single-pass and PDR-format
-   traces, prd_jax/data/synthetic.py);
+1. SFT from scratch on the synthetic modular-arithmetic task (single-pass, PDR, SR and
+   pairwise-judge traces on the compact prompt set, configs/sft/tiny.py);
 2. from the SFT checkpoint, baseline RL (configs/rl/tiny.py) and, separately, PDR-RL
    (configs/rl/tiny_pdr.py) with the same number of steps and prompts per step;
-3. each checkpoint evaluated on held-out problems with Long-CoT, SR, PDR and V1 best-of-N
-   at roughly matched B_seq;
-4. `results.md` (tables with B_seq and B_total) and `pareto.png` in the workdir.
+3. each checkpoint evaluated with Long-CoT, SR, PDR and V1 best-of-N on problems whose text
+   no training stage saw (`synthetic.held_out`), with the same sampling keys per problem;
+4. `results.md` (a paired claims table, then per-checkpoint tables with B_seq and B_total),
+   `results.json` and `pareto.png` in the workdir.
 
 Command to run:
     prd-jax demo                      # workdir ./demo_workdir; rerun resumes
-    prd-jax demo --workdir /tmp/demo --config.quick=True   # smoke version (2m38s measured)
+    prd-jax demo --workdir /tmp/demo --config.quick=True   # smoke version (tests/test_demo.py)
 
-Expected: measured 27m24s on 2 CPU cores shared with a full test-suite run (2026-11-30);
-not yet timed on an idle machine, where the target is 15 minutes (README, "What you should see").
+Expected: 13m04s wall on 2 idle CPU cores (2026-11-30): SFT 5m40s, baseline RL 1m02s, PDR-RL
+2m29s, evaluation of the three checkpoints 3m40s (README, "What you should see").
 """
 
 import ml_collections
