@@ -168,3 +168,29 @@ def test_operator_rl_resumes_exactly(sft_workdir, tmp_path, spread_reward):
     assert describe(straight)["params_digest"] == describe(resumed)["params_digest"]
     lines = [json.loads(x) for x in open(os.path.join(resumed, "metrics.jsonl"))]
     assert [x["step"] for x in lines] == [1, 2]
+
+
+def test_verifier_rows_quote_candidates_without_their_stop_token(sft_workdir):
+    import jax
+
+    stage, params, tok = stage_for("tiny_pairrl", sft_workdir)
+    g, n_prompts = stage.rl.samples_per_prompt, stage.num_standard
+    texts = ["4->4\n\\boxed{4}", "5->5\n\\boxed{5}"] * (g // 2)  # fit max_new_tokens = 16 with the EOS
+    ids = [tok.encode(t) + [tok.eos_id] for t in texts] * n_prompts  # every rollout ends with its stop token
+    comp = np.zeros((len(ids), stage.rl.max_new_tokens), np.int32)
+    for i, row in enumerate(ids):
+        comp[i, :len(row)] = row
+    lens = np.asarray([len(r) for r in ids], np.int32)
+    correct = np.asarray([t.endswith("{4}") for t in texts] * n_prompts, np.float32)
+    batch, metrics = stage.verifier(params, jax.random.key(0), [tok.encode("Start at 3. Work mod 10. Apply +1. Answer?")]
+                                    * n_prompts, comp, lens, correct, np.random.default_rng(0))
+    assert metrics["verifier/rows"] > 0
+    for r in range(batch["inputs"].shape[0]):
+        w = batch["weights"][r]
+        if not w.any():
+            continue
+        first = int(np.argmax(w > 0))
+        prompt = batch["inputs"][r, :first + 1][batch["segment_ids"][r, :first + 1] > 0].tolist()
+        text = tok.decode(prompt)
+        assert tok.eos_id not in prompt  # before the fix each quoted candidate carried its EOS
+        assert texts[0] + "\nB:\n" in text or texts[1] + "\nB:\n" in text  # candidate A, then B's header

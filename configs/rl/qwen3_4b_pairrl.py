@@ -14,6 +14,7 @@ same order as configs/rl/qwen3_8b.py per sampled token, at half the parameters.
 import os
 
 from prd_jax.config_io import load_config
+from prd_jax.train.operator_rl import PAIRRL_OBJECTIVE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
@@ -28,13 +29,7 @@ def get_config(arg=None):
     c.rl.samples_per_prompt = 8
     c.rl.max_prompt_tokens = 2048
     c.rl.max_new_tokens = 8192
-    c.rl.advantage = "dr_grpo"
-    c.rl.loss = "ppo"
-    c.rl.eps_low, c.rl.eps_high = 0.2, 0.28
-    c.rl.kl_coef = 0.0
-    c.rl.aux_sft_coef = 0.0
-    c.rl.verifier = "pairwise"
-    c.rl.verifier_pairs_per_prompt = 4
+    c.rl.update(PAIRRL_OBJECTIVE)
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt
     # rows = 64 x 8 generations + 64 x 4 verifier pairs = 768: one per (data, fsdp) shard per microbatch
     c.grad_accum_steps = {"v5p-128": 48, "8xh200": 384}[arg]

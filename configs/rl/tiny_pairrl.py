@@ -17,21 +17,14 @@ was 1.0 (a pair counts as unparsed when either of its two tags is missing; the r
 import os
 
 from prd_jax.config_io import load_config
+from prd_jax.train.operator_rl import PAIRRL_OBJECTIVE
 
 RL_TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny.py")
 
 
 def get_config(arg=None):
     c = load_config(RL_TINY)
-    c.rl.advantage = "dr_grpo"
-    c.rl.loss = "ppo"
-    c.rl.eps_low, c.rl.eps_high = 0.2, 0.28
-    c.rl.kl_coef = 0.0
-    c.rl.aux_sft_coef = 0.0
-    c.rl.verifier = "pairwise"
-    c.rl.verifier_coef = 1.0
-    c.rl.verifier_threshold = 0.2
-    c.rl.verifier_pairs_per_prompt = 4
+    c.rl.update(PAIRRL_OBJECTIVE)
     c.rl.verifier_max_new_tokens = 32
     c.rl.verifier_candidate_max_tokens = 64
     return c

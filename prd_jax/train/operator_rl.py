@@ -18,6 +18,13 @@ import numpy as np
 from prd_jax.operators.judges import RatingParser
 
 
+# V1-PairRL objective (V1 paper §5): Dr.GRPO advantages, PPO clip-higher 0.2 / 0.28, no KL and
+# no auxiliary SFT; pairwise verifier on strict pairs, threshold reward 0.2, lambda = 1. The
+# PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`.
+PAIRRL_OBJECTIVE = dict(advantage="dr_grpo", loss="ppo", eps_low=0.2, eps_high=0.28, kl_coef=0.0, aux_sft_coef=0.0,
+                        verifier="pairwise", verifier_coef=1.0, verifier_threshold=0.2, verifier_pairs_per_prompt=4)
+
+
 def verifier_reward(ratings: np.ndarray, labels: np.ndarray, threshold: float = 0.2) -> np.ndarray:
     """V1 §5: r = (1/|S|) sum_s 1(|v_s - y_s| <= threshold) (1 - |v_s - y_s|), v = (rating - 1) / 9.
 
@@ -146,19 +153,6 @@ class OperatorRollouts:
         return groups, metrics
 
 
-def _head_tail(tokens: np.ndarray, lengths: np.ndarray, cap: int) -> tuple:
-    """Cap rows at `cap` tokens keeping the first cap//4 and the last ones (the answer)."""
-    head = cap // 4
-    out = np.zeros((len(lengths), cap), tokens.dtype)
-    new_len = np.minimum(lengths, cap)
-    for i, n in enumerate(lengths):
-        row = tokens[i, :n]
-        if n > cap:
-            row = np.concatenate([row[:head], row[n - (cap - head):]])
-        out[i, :len(row)] = row
-    return out, new_len
-
-
 class VerifierRollouts:
     """V1-PairRL (pairwise) or V1-PointRL (pointwise) verifier rows for one RL step (V1 §5)."""
 
@@ -215,10 +209,15 @@ class VerifierRollouts:
         """Verifier rows and metrics from the step's standard rollouts `[P*G, N]`."""
         import jax
 
+        from prd_jax.operators.assembly import truncate_head_tail
+        from prd_jax.operators.calls import strip_stop
         from prd_jax.train.rl import sequences_to_batch
 
         g, c = self.g, self.rl.verifier_candidate_max_tokens
-        cand_t, cand_l = _head_tail(np.asarray(comp_tok), np.asarray(comp_len), c)
+        # quoted as the operators quote a candidate: final stop token dropped, head + tail kept
+        comp_tok = jax.numpy.asarray(comp_tok)
+        lengths = strip_stop(comp_tok, jax.numpy.asarray(comp_len), tuple(self.tok.stop_ids))
+        cand_t, cand_l, _ = jax.device_get(truncate_head_tail(comp_tok, lengths, c, c // 4))
         slots = []  # (prompt index, i, j or None, valid)
         admissible = total = 0
         for p in range(len(problem_ids)):
