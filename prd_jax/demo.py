@@ -52,12 +52,10 @@ def training_texts(configs: dict) -> set:
     the demo evaluates only on problems outside this set."""
     from prd_jax.train.setup import synthetic_rows
 
-    seen = set()
-    for config in configs.values():
-        data = config.data
-        for seed, n in ((config.seed, data.num_train), (config.seed + 10_000, data.get("num_eval", 0))):
-            seen.update(p["problem"] for p in synthetic_rows(data, seed, n))
-    return seen
+    draws = {(seed, n, tuple(config.data.difficulty), config.data.get("family", "modchain")): config.data
+             for config in configs.values()
+             for seed, n in ((config.seed, config.data.num_train), (config.seed + 10_000, config.data.get("num_eval", 0)))}
+    return {p["problem"] for (seed, n, *_), data in draws.items() for p in synthetic_rows(data, seed, n)}
 
 
 def eval_config(demo, templates: str = "compact"):

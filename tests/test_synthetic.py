@@ -219,7 +219,7 @@ def test_char_vocab_with_operator_context():
     solve = ctx.templates["solve"]
     assert solve.slots == ("problem",)
     assert v.decode(solve.pieces[0], skip_special=False) == (
-        "<|user|>" + S.render_prompt(prompts.SOLVE, problem=""))
+        "<|user|>" + prompts.render(prompts.SOLVE, problem=""))
     assert v.decode(solve.pieces[1], skip_special=False) == "\n<|assistant|>"
     assert v.decode(solve.headers[2]) == "### Candidate 3 (unverified)\n"
     compact = runner.make_context(v, Sampling(stop_ids=v.stop_ids), templates="compact")
@@ -248,7 +248,7 @@ def test_seqio_task():
     for ex, p in zip(exs, gold):
         assert ex["id"].decode() == p["id"] and ex["answer"].decode() == p["answer"]
         assert ex["targets"][-1] == 1 and vocab.decode(ex["targets"].tolist()) == p["solution"]
-        assert ex["inputs_pretokenized"].decode() == S.render_prompt(prompts.SOLVE, problem=p["problem"])
+        assert ex["inputs_pretokenized"].decode() == prompts.render(prompts.SOLVE, problem=p["problem"])
         assert len(ex["inputs"]) == len(ex["inputs_pretokenized"])
 
     S.register_synthetic_task("prd_synthetic_test", vocab, {"test": (2, 1)}, kind="pdr", k=3,

@@ -49,7 +49,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 __all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "held_out", "parse_problem",
-           "solve", "final_answer", "corrupt_solution", "render_prompt", "render_candidates",
+           "solve", "final_answer", "corrupt_solution",
            "solve_example", "pdr_trace", "sr_trace", "judge_trace", "as_messages", "write_jsonl", "register_synthetic_task",
            "CharVocab"]
 
@@ -305,23 +305,11 @@ def corrupt_solution(rng: np.random.Generator, problem: Mapping) -> str:
     raise AssertionError("unreachable: a slip at the last step always changes the answer")
 
 
-def render_prompt(template: Any, **slots: str) -> str:
-    """The user text of a `prompts.Template` with its slots filled (`prompts.render`)."""
-    from prd_jax.operators import prompts
-    return prompts.render(template, **slots)
-
-
-def render_candidates(candidates: Sequence[str], templates: str = "default") -> str:
-    """The workspace text of the set's PDR_TOPK template: header, candidate, footer each, numbered from 1."""
-    from prd_jax.operators import prompts
-    return prompts.render_candidates(prompts.template_set(templates)["pdr_topk"], candidates)
-
-
 def solve_example(problem: Mapping, templates: str = "default") -> dict:
     """SFT row {id, prompt, response}: the set's SOLVE prompt and the gold chain of thought."""
     from prd_jax.operators import prompts
     solve = prompts.template_set(templates)["solve"]
-    return {"id": problem["id"], "prompt": render_prompt(solve, problem=problem["problem"]),
+    return {"id": problem["id"], "prompt": prompts.render(solve, problem=problem["problem"]),
             "response": problem["solution"]}
 
 
@@ -342,7 +330,7 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
     wrong = np.zeros(k, bool)
     wrong[rng.permutation(k)[:num_wrong]] = True
     candidates = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
-    prompt = render_prompt(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
+    prompt = prompts.render(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
     return {"id": problem["id"], "prompt_candidates": candidates, "wrong": wrong.tolist(),
             "prompt": prompt, "response": problem["solution"]}
 
@@ -352,7 +340,7 @@ def sr_trace(rng: np.random.Generator, problem: Mapping, wrong: bool, templates:
     corrupted if `wrong`, then the gold solution. Returns {id, previous, wrong, prompt, response}."""
     from prd_jax.operators import prompts
     previous = corrupt_solution(_check_rng(rng), problem) if wrong else problem["solution"]
-    prompt = render_prompt(prompts.template_set(templates)["sr_refine"], problem=problem["problem"], previous=previous)
+    prompt = prompts.render(prompts.template_set(templates)["sr_refine"], problem=problem["problem"], previous=previous)
     return {"id": problem["id"], "previous": previous, "wrong": bool(wrong), "prompt": prompt,
             "response": problem["solution"]}
 
@@ -369,7 +357,7 @@ def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templa
     from prd_jax.operators.judges import FORCED_PREFIXES
     _check_rng(rng)
     cands = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
-    prompt = render_prompt(prompts.template_set(templates)["pairwise_math"], problem=problem["problem"],
+    prompt = prompts.render(prompts.template_set(templates)["pairwise_math"], problem=problem["problem"],
                            candidate_a=cands[0], candidate_b=cands[1])
     a, b = (JUDGE_RATINGS[0] if w else JUDGE_RATINGS[1] for w in wrong)
     open_a, open_b = FORCED_PREFIXES["pairwise"]

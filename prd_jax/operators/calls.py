@@ -105,7 +105,7 @@ def strip_stop(tok, length, stop_ids):
     return length - (jnp.isin(last, jnp.asarray(stop_ids)) & (length > 0)).astype(length.dtype)
 
 
-def single(cand_tok, cand_len, spec, stop_ids=()):
+def single(cand_tok, cand_len, spec, stop_ids):
     """One candidate, final stop token dropped, capped head+tail at `spec.candidate_max_tokens`;
     (segment, cut [R])."""
     cand_len = strip_stop(cand_tok, cand_len, stop_ids)
@@ -113,7 +113,7 @@ def single(cand_tok, cand_len, spec, stop_ids=()):
     return (tok, length), cut.astype(jnp.int32)
 
 
-def candidate_list(tpl, cand_tok, cand_len, idx, admitted, spec, stop_ids=()):
+def candidate_list(tpl, cand_tok, cand_len, idx, admitted, spec, stop_ids):
     """Segments "header_j candidate_j footer" for j < k from `idx [R, k]` into `cand [R, M, N]`."""
     n_rows, k = idx.shape
     segs, truncs = [], jnp.zeros((n_rows,), jnp.int32)

@@ -197,6 +197,7 @@ class RLStage:
 
         self.config, self.cfg, self.tok, self.mesh = config, cfg, tokenizer, mesh
         self.rl = rl = RLConfig.from_config(config)
+        self.solve_template = P.template_set(rl.templates)["solve"]
         self.problems, self.skipped = [], 0
         for row in rl_problems(config):
             ids = self.prompt_ids(row["problem"])
@@ -231,7 +232,7 @@ class RLStage:
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:
-        text = P.render(P.template_set(self.rl.templates)["solve"], problem=problem)
+        text = P.render(self.solve_template, problem=problem)
         return self.tok.encode_chat([{"role": "user", "content": text}]) if hasattr(self.tok, "encode_chat") \
             else self.tok.encode(self.tok.apply_chat_template([{"role": "user", "content": text}]))
 
