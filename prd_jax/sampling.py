@@ -46,6 +46,7 @@ class SamplingConfig:
     top_k: int = 0
     num_samples: int = 1
     stop_ids: tuple = ()
+    max_rows: int = 0  # most decode rows (prompts x samples) in flight at once; 0 = all
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -58,6 +59,9 @@ class SamplingConfig:
             raise ValueError(f"top_k={self.top_k}; must be >= 0 (0 = off)")
         if self.num_samples < 1:
             raise ValueError(f"num_samples={self.num_samples}; must be >= 1")
+        if self.max_rows < 0 or (self.max_rows and self.max_rows < self.num_samples):
+            raise ValueError(f"max_rows={self.max_rows}; must be 0 (no limit) or >= num_samples="
+                             f"{self.num_samples} (one prompt's samples run together)")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
 
 
@@ -131,8 +135,24 @@ def prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, cap
     cache = cache.replace(start=start)
     positions = jnp.maximum(jnp.arange(plen, dtype=jnp.int32)[None, :] - start[:, None], 0)
     logits, cache = forward(cfg, params, prompts, positions, cache,
-                            logits_index=jnp.full((rows,), plen - 1), mesh=mesh)
+                            logits_index=jnp.full((rows,), plen - 1), mesh=mesh, prefill=True)
     return logits[:, 0], cache
+
+
+def row_chunks(batch: int, num_samples: int, max_rows: int, multiple: int = 1) -> int:
+    """Number of sequential chunks C for `batch` prompts x `num_samples` rows under `max_rows`.
+
+    C divides `batch`; among such C it is the smallest with `batch / C * num_samples <=
+    max_rows`, preferring chunks whose prompt count stays a multiple of the batch mesh
+    axes (`multiple`), so every chunk is still spread over all devices.
+    """
+    if not max_rows or batch * num_samples <= max_rows:
+        return 1
+    divisors = [c for c in range(1, batch + 1) if batch % c == 0 and batch // c * num_samples <= max_rows]
+    if not divisors:
+        raise ValueError(f"max_rows={max_rows} < num_samples={num_samples}: one prompt's samples must fit")
+    even = [c for c in divisors if (batch // c) % multiple == 0]
+    return min(even or divisors)
 
 
 def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
@@ -144,7 +164,35 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
     a traced scalar <= gen_len. With `fanout`, the prompt batch is prefilled once and its
     KV cache and last logits are repeated M times (the PDR drafts' prefill-once fan-out);
     without it, prompts are repeated first (M prefills, same result; for tests/benchmarks).
+
+    Memory bound: with `scfg.max_rows`, the prompts run as C sequential chunks (a `lax.map`;
+    `row_chunks`) of at most `max_rows` decode rows, so only one chunk's KV cache is live.
+    Chunk c holds prompts c, c + C, c + 2C, ...: with the batch sharded in contiguous blocks
+    this is a local re-layout, no communication. Each row keeps its own key, so the tokens
+    equal one unchunked call's (tested).
     """
+    multiple = 1 if mesh is None else batch_size_multiple(mesh)
+    chunks = row_chunks(prompts.shape[0], scfg.num_samples, scfg.max_rows, multiple)
+    if chunks == 1:
+        return _generate_rows(cfg, params, prompts, prompt_lengths, prompt_keys, max_new, scfg,
+                              gen_len=gen_len, pad_id=pad_id, fanout=fanout, mesh=mesh)
+    batch = prompts.shape[0]
+    split = lambda x: x.reshape(batch // chunks, chunks, *x.shape[1:]).swapaxes(0, 1)  # [C, B/C, ...]
+    one = lambda xs: _generate_rows(cfg, params, *xs, max_new, scfg, gen_len=gen_len, pad_id=pad_id,
+                                    fanout=fanout, mesh=mesh)
+    out = jax.lax.map(one, (split(prompts), split(prompt_lengths), split(prompt_keys)))
+    m = scfg.num_samples
+
+    def merge(x):  # [C, B/C * M, ...] -> [B * M, ...] in prompt-major order (b * M + m)
+        x = x.reshape(chunks, batch // chunks, m, *x.shape[2:]).swapaxes(0, 1)
+        return x.reshape(batch * m, *x.shape[3:])
+
+    return jax.tree.map(merge, out)
+
+
+def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
+                   max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int,
+                   fanout: bool, mesh: Optional[Mesh]) -> SampleOutput:
     m = scfg.num_samples
     batch, plen = prompts.shape
     if not fanout:

@@ -36,7 +36,7 @@ class CharTokenizer:
 class ScriptedLM:
     """Every call emits exactly max_new tokens; fan-out sample m emits token 100 + m."""
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name=""):
         rows = prompts.shape[0] * scfg.num_samples
         m = jnp.arange(rows) % scfg.num_samples
         tokens = jnp.broadcast_to((100 + m)[:, None], (rows, scfg.max_new_tokens)).astype(jnp.int32)
@@ -44,7 +44,7 @@ class ScriptedLM:
         return SampleOutput(tokens, zeros, jnp.full((rows,), scfg.max_new_tokens, jnp.int32),
                             jnp.zeros((rows,), bool))
 
-    def next_logits(self, prompts, lengths):
+    def next_logits(self, prompts, lengths, name=""):
         return jnp.zeros((prompts.shape[0], 256))
 
 

@@ -156,3 +156,46 @@ def test_prompt_longer_than_context(tiny, sampler):
         sampler(params, [[1] * 600], jax.random.key(0), SamplingConfig(8))
     with pytest.raises(ValueError, match="max_new_tokens=100"):
         sampler(params, [[1] * 450], jax.random.key(0), SamplingConfig(100))
+
+
+def test_row_chunks_hand_computed():
+    from prd_jax.sampling import row_chunks
+
+    assert row_chunks(8, 4, 0) == 1            # no limit
+    assert row_chunks(8, 4, 32) == 1           # 32 rows fit
+    assert row_chunks(8, 4, 16) == 2           # 4 prompts x 4 samples per chunk
+    assert row_chunks(6, 1, 4) == 2            # 3 prompts per chunk (6 / 2)
+    assert row_chunks(8, 1, 6, multiple=4) == 2  # 4 prompts per chunk keep the 4 batch shards even
+    assert row_chunks(12, 1, 5, multiple=2) == 3  # 4 prompts per chunk: fits 5 rows, even
+    assert row_chunks(12, 1, 3, multiple=2) == 6  # 3 per chunk is odd; 2 per chunk keeps shards even
+    with pytest.raises(ValueError, match="num_samples"):
+        SamplingConfig(8, num_samples=4, max_rows=2)
+
+
+@pytest.mark.parametrize("num_samples,max_rows", [(1, 2), (3, 3), (2, 4)])
+def test_row_chunked_sampling_equals_one_call(tiny, sampler, num_samples, max_rows):
+    """Each row's key is its own: sequential row chunks give the unchunked tokens exactly."""
+    _, params = tiny
+    prompts = PROMPTS + [[9, 9, 1], [44]]
+    keys = jax.random.split(jax.random.key(11), len(prompts))
+    whole = sampler(params, prompts, keys, SamplingConfig(9, temperature=1.0, top_p=0.9, num_samples=num_samples))
+    chunked = sampler(params, prompts, keys, SamplingConfig(9, temperature=1.0, top_p=0.9,
+                                                            num_samples=num_samples, max_rows=max_rows))
+    np.testing.assert_array_equal(chunked.tokens, whole.tokens)
+    np.testing.assert_array_equal(chunked.lengths, whole.lengths)
+    np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
+
+
+def test_blocked_prefill_attention_equals_dense(tiny):
+    """Query blocks of prefill attention give the dense masked attention over the prompt."""
+    from prd_jax.model.decoder import prefill_attention
+
+    b, t, n, k, dh = 2, 16, 4, 2, 8
+    q, key, val = (jax.random.normal(jax.random.key(i), (b, t, h, dh)) for i, h in enumerate((n, k, k)))
+    start = jnp.array([0, 5])
+    j = jnp.arange(t)
+    mask = (j[None, None, :] <= j[None, :, None]) & (j[None, None, :] >= start[:, None, None])
+    dense = jax.nn.dot_product_attention(q, key, val, mask=mask[:, None], scale=0.3)
+    blocked = prefill_attention(q, key, val, start, 0.3, block=4)
+    np.testing.assert_allclose(blocked[0], dense[0], atol=1e-5)
+    np.testing.assert_allclose(blocked[1, 5:], dense[1, 5:], atol=1e-5)  # rows' padding queries are unused

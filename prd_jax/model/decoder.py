@@ -111,6 +111,7 @@ class Attention(nn.Module):
 
     cfg: ModelConfig
     mesh: Optional[Mesh] = None
+    prefill: bool = False
 
     @nn.compact
     def __call__(self, x, cos, sin, mask, cache_kv, write_index):
@@ -135,14 +136,18 @@ class Attention(nn.Module):
         q, key = apply_rope(q, cos, sin), apply_rope(key, cos, sin)
         q = _constrain(q, ("batch", "length", "heads", "head_dim"), self.mesh)
         if cache_kv is not None:
-            # Write the new tokens in place into the full [L, B, S, K, Dh] cache, then read layer.
+            # Write the new tokens in place into the full [L, B, S, K, Dh] cache.
             cache_k, cache_v, layer_idx = cache_kv
             at = (layer_idx, 0, write_index, 0, 0)
             cache_k = jax.lax.dynamic_update_slice(cache_k, key[None].astype(cache_k.dtype), at)
             cache_v = jax.lax.dynamic_update_slice(cache_v, val[None].astype(cache_v.dtype), at)
-            key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
+            if not self.prefill:  # decode reads the layer's whole cache; prefill only its own keys
+                key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
             cache_kv = (cache_k, cache_v, layer_idx)
-        out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
+        if self.prefill:
+            out = prefill_attention(q, key, val, mask, 1.0 / math.sqrt(h))
+        else:
+            out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
         out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
         b, t = out.shape[:2]
         return out.reshape(b, t, n * h) @ wo.reshape(n * h, d).astype(dt), cache_kv
@@ -171,13 +176,14 @@ class Layer(nn.Module):
 
     cfg: ModelConfig
     mesh: Optional[Mesh] = None
+    prefill: bool = False
 
     @nn.compact
     def __call__(self, carry, layer_idx, cos, sin, mask, write_index):
         x, cache_k, cache_v = carry
         pdt = _DTYPES[self.cfg.param_dtype]
         layer_kv = None if cache_k is None else (cache_k, cache_v, layer_idx)
-        h, layer_kv = Attention(self.cfg, self.mesh, name="attn")(
+        h, layer_kv = Attention(self.cfg, self.mesh, self.prefill, name="attn")(
             RMSNorm(self.cfg.rms_eps, pdt, name="attn_norm")(x), cos, sin, mask, layer_kv, write_index)
         x = x + h
         x = x + MLP(self.cfg, self.mesh, name="mlp")(RMSNorm(self.cfg.rms_eps, pdt, name="mlp_norm")(x))
@@ -188,10 +194,16 @@ class Layer(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Embedding, scanned layers, final norm and (tied or untied) LM head."""
+    """Embedding, scanned layers, final norm and (tied or untied) LM head.
+
+    `prefill`: the call fills a fresh cache from slot 0 (`cache.index == 0`), so each query
+    attends only to this call's own keys (`[T]`, not the cache capacity `[S]`), in query
+    blocks of `PREFILL_QUERY_BLOCK` (`prefill_attention`).
+    """
 
     cfg: ModelConfig
     mesh: Optional[Mesh] = None
+    prefill: bool = False
 
     @nn.compact
     def __call__(self, tokens, positions, cache: Optional[KVCache] = None,
@@ -215,11 +227,15 @@ class Decoder(nn.Module):
                 mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
             write_index, cache_k, cache_v = None, None, None
         else:
-            slots = jnp.arange(cache.capacity)[None, None, :]
-            q_slot = cache.index + jnp.arange(t)[None, :, None]  # [1, T, 1]
-            mask = (slots <= q_slot) & (slots >= cache.start[:, None, None])  # [B, T, S]
             write_index, cache_k, cache_v = cache.index, cache.k, cache.v
-        mask = mask[:, None, :, :]
+            if self.prefill:  # built per query block inside prefill_attention
+                mask = cache.start
+            else:
+                slots = jnp.arange(cache.capacity)[None, None, :]
+                q_slot = cache.index + jnp.arange(t)[None, :, None]  # [1, T, 1]
+                mask = (slots <= q_slot) & (slots >= cache.start[:, None, None])  # [B, T, S]
+        if not self.prefill:
+            mask = mask[:, None, :, :]
 
         layer_cls = Layer
         if cfg.remat:
@@ -227,7 +243,7 @@ class Decoder(nn.Module):
         stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                         length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-        (x, cache_k, cache_v), _ = stack(cfg, self.mesh, name="layers")(
+        (x, cache_k, cache_v), _ = stack(cfg, self.mesh, self.prefill, name="layers")(
             (x, cache_k, cache_v), jnp.arange(cfg.num_layers), cos, sin, mask, write_index)
 
         if logits_index is not None:  # only the rows' chosen positions: [B, 1, D]
@@ -249,14 +265,44 @@ class Decoder(nn.Module):
 
 def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
             cache: Optional[KVCache] = None, *, segment_ids: Optional[Array] = None,
-            logits_index: Optional[Array] = None, mesh: Optional[Mesh] = None):
+            logits_index: Optional[Array] = None, mesh: Optional[Mesh] = None, prefill: bool = False):
     """Pure forward pass: `(params, tokens [B,T], positions [B,T], cache) -> (logits, cache)`.
 
     Logits are fp32 `[B, T, V]` (or `[B, 1, V]` at `logits_index [B]`). Without a cache the
-    mask is causal (and block-diagonal by `segment_ids` for packed rows).
+    mask is causal (and block-diagonal by `segment_ids` for packed rows). `prefill=True`
+    requires a cache whose `index` is 0 (see `Decoder`).
     """
-    return Decoder(cfg, mesh).apply({"params": params}, tokens, positions, cache,
-                                    segment_ids, logits_index)
+    if prefill and cache is None:
+        raise ValueError("forward(prefill=True) needs a fresh cache to fill")
+    return Decoder(cfg, mesh, prefill).apply({"params": params}, tokens, positions, cache,
+                                             segment_ids, logits_index)
+
+
+PREFILL_QUERY_BLOCK = 1024
+
+
+def prefill_attention(q: Array, key: Array, val: Array, start: Array, scale: float,
+                      block: int = PREFILL_QUERY_BLOCK) -> Array:
+    """Causal attention of a left-padded prompt over its own keys, in query blocks.
+
+    q `[B, T, N, Dh]`, key/val `[B, T, K, Dh]`, `start [B]`: row b's first real token. Query t
+    sees keys `start[b] <= j <= t`. Scores are `[B, N, block, T]` per block (a `lax.map`), so
+    prefill memory grows with T * block, not T * T, nor with the generation slots.
+    """
+    t = q.shape[1]
+    keys = jnp.arange(t)[None, None, :]
+
+    def one(q_blk, first):
+        q_idx = first + jnp.arange(q_blk.shape[1])[None, :, None]
+        mask = (keys <= q_idx) & (keys >= start[:, None, None])  # [B, block, T]
+        return jax.nn.dot_product_attention(q_blk, key, val, mask=mask[:, None], scale=scale)
+
+    if t <= block or t % block:
+        return one(q, 0)
+    b, _, n, dh = q.shape
+    blocks = q.reshape(b, t // block, block, n, dh).swapaxes(0, 1)  # [T/block, B, block, N, Dh]
+    out = jax.lax.map(lambda xs: one(*xs), (blocks, jnp.arange(0, t, block)))
+    return out.swapaxes(0, 1).reshape(b, t, n, dh)
 
 
 def abstract_params(cfg: ModelConfig):

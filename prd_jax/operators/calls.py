@@ -83,10 +83,12 @@ class RoundTrace:
     logprobs: Array
 
 
-def call(lm, segments, keys, ctx, max_new: int, num_samples: int) -> CallOut:
-    """One batched model call with one key per prompt row (M = `num_samples` per row)."""
+def call(lm, segments, keys, ctx, max_new: int, num_samples: int, name: str = "operator call") -> CallOut:
+    """One batched model call with one key per prompt row (M = `num_samples` per row).
+
+    `name` ("pdr.refine", ...) is how a context-overflow refusal names the call."""
     prompts, plen, overflow = assemble(segments, width(segments), ctx.pad_id)
-    out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples))
+    out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples), name=name)
     return CallOut(out.tokens, out.lengths, jnp.repeat(plen, num_samples), overflow,
                    rows(prompts, num_samples), out.logprobs)
 

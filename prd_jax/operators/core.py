@@ -107,7 +107,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1)
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "long_cot.solve")
     tok, length, in_tok, overflow = out
     calls = CallLog.from_groups([group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")])
     return make_result(tok, length, calls, empty_workspace(b), overflow, [tok[:, None]], [length[:, None]],
@@ -122,7 +122,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     b = problems.tokens.shape[0]
     problem = problem_rows(problems, 1)
     segs = fill(ctx.templates["solve"], b, {"problem": problem})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1)
+    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve")
     groups = [group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
@@ -130,7 +130,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     for r in range(2, spec.rounds + 2):
         workspace, cut = single(tok, length, spec, ctx.sampling.stop_ids)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
-        tok, length, in_tok, overflow = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1)
+        tok, length, in_tok, overflow = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine")
         groups.append(group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
         rounds_t.append(tok[:, None])
@@ -169,11 +169,11 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     cands, cut = candidate_list(ctx.templates["distill_summary"], cand_t, cand_l, all_idx,
                                 jnp.ones((b, m_prev), bool), spec, ctx.sampling.stop_ids)
     segs = fill(ctx.templates["distill_summary"], b, {"problem": problem, "candidates": cands})
-    s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1)
+    s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary")
     extra = ExtraCalls(r, "summary", s_in[:, None], s_len[:, None], before=True)
     s_len = strip_stop(s_tok, s_len, ctx.sampling.stop_ids)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
-    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
+    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
     parent = jnp.broadcast_to(jnp.arange(m_next)[None, :] % m_prev, (b, m_next))
     workspace = assemble([(s_tok, s_len)], s_tok.shape[1], ctx.pad_id)[:2]
     return out, parent, [extra], workspace, cut + s_over + out.overflow, jnp.zeros((b,), jnp.int32)
@@ -203,10 +203,10 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:
-        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next)
+        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
         truncs = cut + out.overflow
     else:
-        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1)
+        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1, "pdr.refine")
         truncs = (cut + out.overflow).reshape(b, m_next).sum(axis=1)
         ws_t, ws_l = ws_t.reshape(b, m_next, -1)[:, 0], ws_l.reshape(b, m_next)[:, 0]
     # judge calls rate the previous round's candidates: they belong to round r - 1
@@ -218,7 +218,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     b = problems.tokens.shape[0]
     sched = spec.schedule
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0])
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0], "pdr.draft")
     tok, length, in_tok, overflow = out
     traces = [out.trace(b, sched[0])]
     n = tok.shape[1]

@@ -95,14 +95,14 @@ def rating_distribution(lm, segments, rt: RatingTokens, pad_id: int) -> Array:
     n_rows = segments[0][0].shape[0]
     if rt.ten_id is not None:
         prompts, plen, _ = assemble(segments, width(segments), pad_id)
-        logits = lm.next_logits(prompts, plen)
+        logits = lm.next_logits(prompts, plen, name="judge.rating")
         return jax.nn.softmax(logits[:, jnp.asarray(rt.digit_ids + (rt.ten_id,))], axis=-1)
     one = literal(rt.digit_ids[:1], n_rows)
     doubled = [(jnp.concatenate([t, t]), jnp.concatenate([n, n])) for t, n in segments]
     doubled.append((jnp.concatenate([one[0], one[0]]),
                     jnp.concatenate([jnp.zeros_like(one[1]), one[1]])))
     prompts, plen, _ = assemble(doubled, width(doubled), pad_id)
-    logits = lm.next_logits(prompts, plen)
+    logits = lm.next_logits(prompts, plen, name="judge.rating")
     first = jax.nn.softmax(logits[:n_rows, jnp.asarray(rt.digit_ids)], axis=-1)  # "1".."9"
     zero = jax.nn.softmax(logits[n_rows:], axis=-1)[:, rt.zero_id]  # P("0" | "1")
     return jnp.concatenate([first[:, :1] * (1 - zero)[:, None], first[:, 1:], (first[:, 0] * zero)[:, None]],
@@ -127,7 +127,7 @@ def rate(lm, segments, keys, ctx, judge, kind: str) -> Ratings:
     n_rows = segments[0][0].shape[0]
     prompts, plen, _ = assemble(segments, width(segments), ctx.pad_id)
     if judge.max_new_tokens > 0:
-        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens))
+        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens), name=f"judge.{kind}")
         reasoning = (out.tokens, out.lengths - out.stopped.astype(jnp.int32))
         parse = functools.partial(ctx.parser, tags=tags)
         parsed = jax.pure_callback(parse, jax.ShapeDtypeStruct((n_rows, len(tags)), jnp.int32),

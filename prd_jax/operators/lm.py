@@ -27,13 +27,29 @@ class ModelLM:
     mesh: Optional[Mesh] = flax.struct.field(pytree_node=False, default=None)
 
     def generate(self, prompts, lengths, keys, scfg: sampling.SamplingConfig,
-                 fanout: bool = True) -> sampling.SampleOutput:
-        """Left-padded prompts `[B, P]` -> `[B*M, max_new]` samples (prefill-once fan-out)."""
+                 fanout: bool = True, name: str = "model call") -> sampling.SampleOutput:
+        """Left-padded prompts `[B, P]` -> `[B*M, max_new]` samples (prefill-once fan-out).
+
+        Refused at trace time, before any compute, when the prompt width plus
+        `max_new_tokens` exceeds the model context (`check_context`)."""
+        check_context(self.cfg, name, prompts.shape[1], scfg.max_new_tokens)
         return sampling.generate(self.cfg, self.params, prompts, lengths, keys,
                                  jnp.int32(scfg.max_new_tokens), scfg, gen_len=scfg.max_new_tokens,
                                  pad_id=self.pad_id, fanout=fanout, mesh=self.mesh)
 
-    def next_logits(self, prompts, lengths) -> jax.Array:
+    def next_logits(self, prompts, lengths, name: str = "model call") -> jax.Array:
         """fp32 next-token logits `[B, V]` after left-padded prompts `[B, P]`."""
+        check_context(self.cfg, name, prompts.shape[1], 0)
         return sampling.prefill(self.cfg, self.params, prompts, lengths, prompts.shape[1],
                                 mesh=self.mesh)[0]
+
+
+def check_context(cfg: ModelConfig, name: str, prompt_width: int, max_new_tokens: int) -> None:
+    """Raise when a call's padded prompt width plus its generation budget can pass the model
+    context (`cfg.max_position`): past it the model would run outside its RoPE range."""
+    need = int(prompt_width) + int(max_new_tokens)
+    if need > cfg.max_position:
+        raise ValueError(
+            f"{name}: prompt width {prompt_width} + max_new_tokens {max_new_tokens} = {need} tokens exceeds "
+            f"the model context of {cfg.max_position}; lower the call's max_new_tokens (or kappa), "
+            f"candidate_max_tokens, the workspace size k, or the problem width (max_prompt_tokens)")

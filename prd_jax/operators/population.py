@@ -29,7 +29,7 @@ BEST_OF_N_METHODS = {"pointwise": "pointwise", "pairwise_v1": "pairwise_v1", "ma
 def _drafts(lm, problems, key, spec, ctx, n: int):
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n)
+    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample")
     return tok.reshape(b, n, -1), length.reshape(b, n), in_tok.reshape(b, n), overflow.astype(jnp.int32)
 
 
@@ -79,7 +79,7 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
                                     adm.reshape(b * n, k), spec, ctx.sampling.stop_ids)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
-        tok, length, in_t, over = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1)
+        tok, length, in_t, over = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate")
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)
         cand_t, cand_l = tok.reshape(b, n, -1), length.reshape(b, n)
         gen.append((in_t.reshape(b, n), cand_l, "aggregate"))
