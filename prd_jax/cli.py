@@ -4,6 +4,7 @@
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
     prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny [--config.steps=100]
     prd-jax inspect --workdir /tmp/sft_tiny [--json]
+    prd-jax compile --config configs/rl/qwen3_8b_pdr.py:v5p-128 [--topology v5p:4x4x4 | h200:8] [--json]
     prd-jax demo
 """
 
@@ -90,11 +91,19 @@ def main(argv=None) -> None:
     tr.add_argument("--config", required=True, help="config file, e.g. configs/rl/tiny.py")
     tr.add_argument("--workdir", required=True, help="run directory (checkpoints, TensorBoard, metrics.jsonl)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    co = sub.add_parser("compile", help="AOT-compile every program of a config for its pod; exit 1 if one does not fit")
+    co.add_argument("--config", required=True, help="config file[:ARG], e.g. configs/rl/qwen3_8b_pdr.py:v5p-128")
+    co.add_argument("--topology", default=None,
+                    help="override the config's target: CHIP:TOPOLOGY for TPUs (v5p:4x4x4, v5e:2x2) or GPU:COUNT "
+                         "(h200:8, compiled on COUNT simulated CPU devices)")
+    co.add_argument("--devices", type=int, default=None, help="GPU targets: number of GPUs (simulated devices)")
+    co.add_argument("--only", action="append", default=None, help="compile only programs whose name starts so")
+    co.add_argument("--json", action="store_true", help="last line: one JSON object")
     ins = sub.add_parser("inspect", help="summarise a training workdir")
     ins.add_argument("--workdir", required=True)
     ins.add_argument("--json", action="store_true", help="print one JSON object")
     args, rest = parser.parse_known_args(argv)
-    if rest and args.command not in ("eval", "train", "demo"):
+    if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "generate":
@@ -122,6 +131,30 @@ def main(argv=None) -> None:
         train(config, args.workdir, progress=not args.no_progress)
     elif args.command == "inspect":
         run_inspect(args)
+    elif args.command == "compile":
+        sys.exit(run_compile(args, rest))
+
+
+def run_compile(args: argparse.Namespace, rest: list) -> int:
+    """Compile the config's programs for its target, print the table (and JSON); 0 if all fit."""
+    from prd_jax.aot import report
+    from prd_jax.config_io import apply_overrides, load_config
+
+    config = apply_overrides(load_config(args.config), rest)
+    target = report.target_of(config, args.topology, args.devices)
+    if target.chip.platform == "gpu":
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", max(target.devices, 1))
+    rows = report.compile_all(config, target, args.only)
+    print(f"{args.config} on {target.label}:")
+    print(report.table(rows))
+    bad = report.failures(rows)
+    for line in bad:
+        print("ERROR " + line, file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.as_json(args.config, target, rows)))
+    return 1 if bad else 0
 
 
 def run_inspect(args: argparse.Namespace) -> dict:

@@ -4,11 +4,16 @@ Metrics follow the PDR paper (arXiv 2510.01123 §4): mean@k accuracy (mean over 
 of the per-problem mean over k samples), pass@k (share of problems with at least one
 correct sample among k), and mean B_seq / B_total per operator. A rerun reads
 `results.jsonl` and skips (problem, operator, sample) rows already written.
+
+The workdir may be local or a URI (gs://...; `prd_jax.fileio`). On several processes
+(`jax.distributed`) the operators run on one global mesh, their outputs are gathered with
+`host.to_host`, and process 0 alone reads and writes the workdir's files.
 """
 
 from __future__ import annotations
 
 import collections
+import io
 import json
 import logging
 import os
@@ -18,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prd_jax import fileio
+from prd_jax.host import is_main, on_main, to_host
 from prd_jax.operators.specs import PDR, RSA, SR, BestOfN, LongCoT, Sampling
 
 log = logging.getLogger(__name__)
@@ -53,35 +60,30 @@ def check_settings(config, workdir: str) -> None:
 
     Result rows are keyed by (problem, operator, sample); sampling settings are not in that
     key, so a rerun with, say, another temperature must not reuse them. Raises naming the
-    fields that differ."""
+    fields that differ (on every process; process 0 reads or writes the file)."""
     now = {k: config.get(k) for k in RUN_SETTINGS}
     path = os.path.join(workdir, "settings.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            before = json.load(f)
+
+    def read_or_write():
+        if fileio.exists(path):
+            return fileio.read_json(path)
+        fileio.write_text(path, json.dumps(now, indent=1))
+        return None
+
+    before = on_main(read_or_write)
+    if before is not None:
         changed = {k: (before.get(k), now[k]) for k in RUN_SETTINGS if before.get(k) != now[k]}
         if changed:
             raise ValueError(f"workdir {workdir} holds results made with other settings "
                              f"{ {k: v[0] for k, v in changed.items()} }; this config has "
                              f"{ {k: v[1] for k, v in changed.items()} }. Use a new workdir (nothing was changed).")
-        return
-    with open(path, "w") as f:
-        json.dump(now, f, indent=1)
 
 
 def read_done(path: str) -> set:
     """(problem_id, operator, sample) keys already in results.jsonl (a torn last line is ignored)."""
-    done = set()
-    if not os.path.exists(path):
-        return done
-    with open(path) as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done.add((row["problem_id"], row["operator"], row["sample"]))
-    return done
+    if not fileio.exists(path):
+        return set()
+    return {(row["problem_id"], row["operator"], row["sample"]) for row in fileio.read_jsonl(path)}
 
 
 def summarize(rows: Iterable[dict]) -> list:
@@ -142,8 +144,10 @@ def pareto_plot(table: list, path: str, title: str = "") -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
+    fileio.write_bytes(path, png.getvalue())
 
 
 def _calls_rows(calls, i: int) -> list:
@@ -190,33 +194,43 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     from prd_jax.operators.prompts import template_set
 
     template_set(config.get("templates", "default"))  # an unknown set fails before any work
-    os.makedirs(workdir, exist_ok=True)
+    if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
+        from prd_jax.mesh import init_distributed
+
+        init_distributed()
+    main = is_main()
+    if main:
+        fileio.makedirs(workdir)
     check_settings(config, workdir)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(dict(config), indent=2))
+    if main:
+        fileio.write_text(os.path.join(workdir, "config.json"), config.to_json(indent=2) if hasattr(config, "to_json")
+                          else json.dumps(dict(config), indent=2))
     specs = [build_spec(dict(e)) for e in config.operators]
     if rows is None:
         rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
     if model is None:
         from prd_jax.mesh import make_mesh
 
-        mesh = make_mesh(config.mesh) if config.get("mesh") else None
-        model = load(config.model, config.get("model_path") or None, mesh=mesh)
+        # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
+        mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
+        dtype = {"dtype": config.dtype} if config.get("dtype") else {}  # paper configs: bf16 compute
+        model = load(config.model, config.get("model_path") or None, mesh=mesh, **dtype)
     tok = model.tokenizer
     lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh)
-    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids)
+    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids,
+                        config.get("max_rows_per_call", 0))
     results_path = os.path.join(workdir, "results.jsonl")
-    done = read_done(results_path)
+    done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = config.batch_size
     total = len(specs) * config.k_samples * -(-len(rows) // batch)
-    bar = tqdm(total=total, desc="eval", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=total, desc="eval", disable=not (progress and main), dynamic_ncols=True)
     chunks = []  # tokenized once, shared by every operator
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
         chunks.append((start, chunk, *encode_problems(
             tok, [r["problem"] for r in chunk], [r["answer"] for r in chunk], config.max_problem_tokens,
             width=config.max_problem_tokens)))
-    with open(results_path, "a") as out:
+    with (fileio.open(results_path, "a") if main else open(os.devnull, "w")) as out:  # written by process 0
         for op_index, spec in enumerate(specs):
             ctx = _context(tok, sampling, getattr(spec, "kappa", None), _k_max(spec),
                            config.get("templates", "default"))
@@ -236,7 +250,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         op_key = jax.random.fold_in(jax.random.key(config.seed), op_index)
                         keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
                         keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
-                        res = run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx)
+                        res = to_host(run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx))
                         for i, j in enumerate(kept):
                             if j not in todo:
                                 continue
@@ -252,14 +266,12 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 "calls": _calls_rows(res.calls, i), "completion": text}) + "\n")
                     out.flush()
     bar.close()
-    with open(results_path) as f:
-        all_rows = [json.loads(line) for line in f if line.strip()]
-    table = summarize(all_rows)
-    md = markdown_table(table)
-    with open(os.path.join(workdir, "summary.md"), "w") as f:
-        f.write(f"# {config.dataset}: {config.model}\n\n{md}\n")
-    print(md)
-    pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{config.dataset} ({config.model})")
+    table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
+    if main:
+        md = markdown_table(table)
+        fileio.write_text(os.path.join(workdir, "summary.md"), f"# {config.dataset}: {config.model}\n\n{md}\n")
+        print(md)
+        pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{config.dataset} ({config.model})")
     return table
 
 

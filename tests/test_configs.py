@@ -25,7 +25,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 CONFIG_FILES = sorted(p for kind in ("sft", "rl", "eval")
                       for p in glob.glob(os.path.join(ROOT, "configs", kind, "*.py"))
                       if os.path.basename(p) != "__init__.py")
-EXTRA_ARGS = {"v1_best_of_n.py": ("smoke",)}  # documented args beyond the default
+EXTRA_ARGS = {}  # documented args beyond ARGS
 PAPER_DEVICES = {"v5p-128": 64, "8xh200": 8}
 LAUNCH = {name: os.path.join(ROOT, "launch", name) for name in ("tpu_pod.sh", "gpu_slurm.sbatch", "local.sh")}
 
@@ -49,7 +49,8 @@ def _args(path):
 
 
 CASES = [(path, arg) for path in CONFIG_FILES for arg in _args(path)]
-PAPER = [(path, arg) for path, arg in CASES if arg in PAPER_DEVICES]
+PAPER = [(path, arg) for path, arg in CASES if arg in PAPER_DEVICES and "eval" not in os.path.dirname(path)]
+PODS = [(path, arg) for path, arg in CASES if arg in PAPER_DEVICES]  # train and eval configs with a pod
 
 
 def _load(path, arg):
@@ -241,3 +242,14 @@ def test_gpu_slurm_exports_prd_variables_per_task(tmp_path):
     lines = r.stdout.strip().splitlines()
     assert lines == [f"gpu-node-a:12355 4 {i} {i % 2} | train --no-progress --config cfg.py:8xh200 "
                      "--workdir /shared/wd --config.steps=1" for i in range(4)]
+
+
+@pytest.mark.parametrize("path,arg", PODS, ids=[f"{_rel(p)}:{a}" for p, a in PODS])
+def test_pod_configs_declare_a_target_their_mesh_fills(path, arg):
+    """`prd-jax compile` reads `config.target`; its device count is the mesh's."""
+    from prd_jax.aot.chips import parse_target
+
+    config = _load(path, arg)
+    target = parse_target(config.target)
+    assert target.devices == PAPER_DEVICES[arg] == math.prod(parse_mesh_shape(config.mesh).values())
+    assert target.chip.platform == ("tpu" if arg.startswith("v5p") else "gpu")

@@ -4,9 +4,19 @@ Schedules (8,4,1) and (16,8,4,1); distill = global summary, shared top-k, per-sa
 top-k, random-k with k=2; per-call budgets 8k/16k/24k; mean@16 on AIME 2024 (switch with
 --config.dataset=aime2025). For accelerators (e.g. Qwen3-8B on 8xH200 or a v5p pod).
 
+Context: Qwen3-8B has 40,960 positions. The (16, 8, 4, 1) global summary quotes 16
+candidates in one call, so candidates there are capped at 2048 tokens (head 512): 16 x 2048
++ problem (1024) + template + kappa (2048) stays under the context; every other operator
+quotes at most 2 candidates of 4096. `prd-jax compile` and every model call refuse a prompt
+plus budget past the context (naming the call).
+
+The arg names the pod (mesh and `prd-jax compile` target): v5p-128 ("data=1,fsdp=16,tensor=4",
+16 problems per batch, one per batch shard) or 8xh200 ("fsdp=2,tensor=4", 8 problems).
+
 Command to run:
-    prd-jax eval --config configs/eval/aime_pdr_sweep.py --workdir gs://.../aime_sweep \
-        --config.model=qwen3-8b --config.model_path=/ckpts/Qwen3-8B --config.mesh=fsdp=-1
+    prd-jax compile --config configs/eval/aime_pdr_sweep.py:v5p-128     # will it fit? (CPU host, libtpu)
+    prd-jax eval --config configs/eval/aime_pdr_sweep.py:v5p-128 --workdir gs://.../aime_sweep \
+        --config.model_path=/ckpts/Qwen3-8B
 
 Expected: the paper reports PDR above Long-CoT at matched B_seq on AIME 2024/2025 with
 8B-scale models; the run is ~O(10^9) generated tokens (hours on a pod; not for CPU).
@@ -15,16 +25,27 @@ Expected: the paper reports PDR above Long-CoT at matched B_seq on AIME 2024/202
 import ml_collections
 
 
+ARGS = ("v5p-128", "8xh200")
+MESHES = {"v5p-128": "data=1,fsdp=16,tensor=4", "8xh200": "fsdp=2,tensor=4"}
+TARGETS = {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}
+BATCH = {"v5p-128": 16, "8xh200": 8}
+
+
 def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/eval/aime_pdr_sweep.py: arg {arg!r} unknown; allowed: {ARGS}")
     c = ml_collections.ConfigDict()
     c.model = "qwen3-8b"
     c.model_path = ""
-    c.mesh = ""
+    c.dtype = "bfloat16"
+    c.mesh = MESHES[arg]
+    c.target = TARGETS[arg]
+    c.max_rows_per_call = 256 if arg == "v5p-128" else 32  # decode rows in flight per call
     c.dataset = "aime2024"
     c.data_dir = ""
     c.num_problems = 30
     c.k_samples = 16
-    c.batch_size = 8
+    c.batch_size = BATCH[arg]
     c.seed = 0
     c.temperature = 1.0
     c.top_p = 1.0
@@ -37,8 +58,9 @@ def get_config(arg=None):
                         truncation_head=1024))
         for schedule in ((8, 4, 1), (16, 8, 4, 1)):
             for distill in ("global_summary", "shared_topk", "per_sample_topk", "random_k"):
+                cap = 2048 if (distill == "global_summary" and schedule[0] == 16) else 4096
                 ops.append(dict(type="pdr", schedule=schedule, distill=distill, k=2, selector="random",
-                                kappa=2048, max_new_tokens=budget, candidate_max_tokens=4096,
-                                truncation_head=1024))
+                                kappa=2048, max_new_tokens=budget, candidate_max_tokens=cap,
+                                truncation_head=cap // 4))
     c.operators = ops
     return c

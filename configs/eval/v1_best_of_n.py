@@ -4,9 +4,10 @@ round-robin / majority, and RSA with and without verify-and-prune (arXiv 2603.04
 Paper setting (default): N = 16 candidates, pairwise budget m*N with m in {1, 2, 3},
 Swiss d_min = 2, h = 8, tau = 0.1; math sampling T = 1.0, top-p 0.95. For accelerators.
 
-Command to run (paper scale):
-    prd-jax eval --config configs/eval/v1_best_of_n.py --workdir gs://.../v1_aime \
-        --config.model=qwen3-8b --config.model_path=/ckpts/Qwen3-8B --config.mesh=fsdp=-1
+Command to run (paper scale; the arg names the pod: mesh, batch and `prd-jax compile` target):
+    prd-jax compile --config configs/eval/v1_best_of_n.py:v5p-128
+    prd-jax eval --config configs/eval/v1_best_of_n.py:v5p-128 --workdir gs://.../v1_aime \
+        --config.model_path=/ckpts/Qwen3-8B
 
 CPU smoke run (SmolLM2-135M, 2 GSM8K problems, N=4, tiny budgets):
     prd-jax eval --config configs/eval/v1_best_of_n.py:smoke --workdir /tmp/v1_smoke
@@ -21,17 +22,28 @@ operator) and only checks the pipeline: SmolLM2-135M does not write rating tags 
 import ml_collections
 
 
+ARGS = ("smoke", "v5p-128", "8xh200")
+MESHES = {"v5p-128": "data=1,fsdp=16,tensor=4", "8xh200": "fsdp=2,tensor=4"}
+TARGETS = {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}
+
+
 def get_config(arg=None):
+    if arg not in ARGS + (None,):
+        raise ValueError(f"configs/eval/v1_best_of_n.py: arg {arg!r} unknown; allowed: {ARGS}")
     smoke = arg == "smoke"
     c = ml_collections.ConfigDict()
     c.model = "smollm2-135m" if smoke else "qwen3-8b"
     c.model_path = ""
-    c.mesh = ""
+    c.mesh = MESHES.get(arg, "")
+    if arg in TARGETS:
+        c.target = TARGETS[arg]
+        c.dtype = "bfloat16"
+        c.max_rows_per_call = 256 if arg == "v5p-128" else 32
     c.dataset = "gsm8k_test" if smoke else "aime2024"
     c.data_dir = ""
     c.num_problems = 2 if smoke else 30
     c.k_samples = 1 if smoke else 4
-    c.batch_size = 2 if smoke else 8
+    c.batch_size = 2 if smoke else (16 if arg == "v5p-128" else 8)
     c.seed = 0
     c.temperature = 1.0
     c.top_p = 0.95

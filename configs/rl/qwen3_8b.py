@@ -62,6 +62,10 @@ ARGS = ("v5p-128", "8xh200")
 SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "qwen3_8b.py")
 # grad_accum_steps = rollout rows / (data * fsdp): one sequence per batch shard per microbatch.
 GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
+# Decode rows in flight per sampler call (`prd-jax compile` checks the fit): 256 rows x 26624
+# slots x 144 KiB of bf16 KV = 1.0 TB, 15.7 GB per v5p chip (rows over fsdp=16, kv heads over
+# tensor=4). On one 8xH200 node (fsdp=2) 32 rows are 15.7 GB per GPU.
+MAX_ROWS = {"v5p-128": 256, "8xh200": 32}
 
 
 def get_config(arg=None):
@@ -78,6 +82,7 @@ def get_config(arg=None):
         num_train=0))  # 0: every problem of the set
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
+        max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
         aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1))
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)

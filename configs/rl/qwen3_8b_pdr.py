@@ -3,9 +3,14 @@ from the SFT checkpoint; each step's 32 prompts are split 50/50 between standard
 and PDR-round rollouts (M = 4 drafts, shared top-k = 2 forwarded, one refine) run by the
 eval operator; the refine completions are trained (workspace and template masked).
 
-Sizes: drafts and refine have 16k-token budgets; forwarded candidates are capped at 4096
-tokens (head 1024 + tail), so the refine prompt (template + problem + 2 candidates) fits
-rl.max_prompt_tokens = 10240.
+Sizes (computed by the code: tests/test_compile.py asserts them, with SmolLM2's ChatML
+tokenizer standing in for Qwen3's, so template pieces may differ by a few tokens): problems
+are quoted at rl.max_problem_tokens = 1024; drafts and refine have 16k-token budgets;
+forwarded candidates are capped at 4096 tokens (head 1024 + tail). Draft prompt: 1080 tokens
+(512 problems x 4 drafts). Refine prompt: 9327 tokens (template + problem + 2 candidates), plus
+16384 generated: 25,711 positions, within Qwen3-8B's 40,960; its training row is 25710 wide,
+under the standard rows' 26623 (10240 + 16384 - 1), which set the batch width. Sampler calls
+decode at most rl.max_rows_per_call = 256 rows at a time (see configs/rl/qwen3_8b.py).
 
 Command to run (see configs/rl/qwen3_8b.py for hardware and the runtime ESTIMATE; an
 operator prompt adds 4 draft calls per refine call, roughly 2.5x the rollout time):

@@ -41,6 +41,8 @@ import ml_collections
 
 ARGS = ("v5p-128", "8xh200")
 MESHES = {"v5p-128": "data=1,fsdp=16,tensor=4", "8xh200": "fsdp=2,tensor=4"}
+# the pod each arg names, for `prd-jax compile` (TPU topology, or GPU:count on simulated devices)
+TARGETS = {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}
 # grad_accum_steps = batch_size / (data * fsdp): one 16k sequence per batch shard per microbatch.
 GRAD_ACCUM = {"v5p-128": 4, "8xh200": 32}
 
@@ -53,6 +55,7 @@ def get_config(arg=None):
     c.stage = "sft"
     c.seed = 0
     c.mesh = MESHES[arg]
+    c.target = TARGETS[arg]
     c.tokenizer = "model"
     c.model = ml_collections.ConfigDict(dict(
         name="qwen3-8b",

@@ -33,6 +33,7 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0
     stop_ids: tuple = ()
+    max_rows: int = 0  # most decode rows in flight per call (sampling.SamplingConfig.max_rows); 0 = all
 
 
 def _check_truncation(obj):

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prd_jax.host import to_host
 from prd_jax.model.decoder import forward
 from prd_jax.operators import prompts as P
 from prd_jax.train import advantages as adv_lib
@@ -62,12 +63,23 @@ class RLConfig:
     verifier_candidate_max_tokens: int = 128
     seed_offset: int = 0
     templates: str = "default"  # prompt set (operators/prompts.TEMPLATE_SETS) of rollouts and judges
+    # memory bounds (issue: rollouts must fit the pod): decode rows in flight per sampler call
+    # (0 = all rows at once), and the width of a problem quoted in operator / verifier prompts
+    # (0 = max_prompt_tokens). Standard rollout prompts are max_prompt_tokens wide.
+    max_rows_per_call: int = 0
+    max_problem_tokens: int = 0
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
                   "updates_per_batch"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
+        for f in ("max_rows_per_call", "max_problem_tokens"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 0 (0 = no separate bound)")
+        if self.max_rows_per_call and self.max_rows_per_call < self.samples_per_prompt:
+            raise ValueError(f"config.rl.max_rows_per_call={self.max_rows_per_call}; must be 0 or >= "
+                             f"samples_per_prompt={self.samples_per_prompt} (a prompt's samples decode together)")
         if self.advantage not in adv_lib.KINDS:
             raise ValueError(f"config.rl.advantage={self.advantage!r}; allowed: {adv_lib.KINDS}")
         if self.loss not in ("ppo", "cispo"):
@@ -98,6 +110,11 @@ class RLConfig:
                 if "schedule" in op:
                     op["schedule"] = tuple(op["schedule"])
                 object.__setattr__(self, "operator", PDR(**op))
+
+    @property
+    def problem_tokens(self) -> int:
+        """Width of a problem quoted inside operator and verifier prompts."""
+        return self.max_problem_tokens or self.max_prompt_tokens
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
@@ -171,15 +188,6 @@ def _math_reward(text: str, answer: str) -> float:
     return float(grade(text, answer))
 
 
-def _to_host(tree):
-    """Device outputs -> host numpy on every process (all-gathered when multi-host)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        return multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_get(tree)
-
-
 class RLStage:
     """Data side of RL for `trainer.fit`: problems, rollouts, rewards, advantages.
 
@@ -190,7 +198,7 @@ class RLStage:
     groups are right-padded to one width and trained on in one update.
     """
 
-    def __init__(self, config, cfg, tokenizer, mesh):
+    def __init__(self, config, cfg, tokenizer, mesh, *, load_data: bool = True):
         from prd_jax.model.decoder import param_shapes
         from prd_jax.train import operator_rl
         from prd_jax.train.setup import rl_problems
@@ -199,13 +207,13 @@ class RLStage:
         self.rl = rl = RLConfig.from_config(config)
         self.solve_template = P.template_set(rl.templates)["solve"]
         self.problems, self.skipped = [], 0
-        for row in rl_problems(config):
+        for row in (rl_problems(config) if load_data else ()):
             ids = self.prompt_ids(row["problem"])
-            if len(ids) > rl.max_prompt_tokens or len(tokenizer.encode(row["problem"])) > rl.max_prompt_tokens:
+            if len(ids) > rl.max_prompt_tokens or len(tokenizer.encode(row["problem"])) > rl.problem_tokens:
                 self.skipped += 1
                 continue
             self.problems.append((ids, str(row["answer"]), row["problem"]))
-        if len(self.problems) < rl.prompts_per_step:
+        if load_data and len(self.problems) < rl.prompts_per_step:
             raise ValueError(f"{len(self.problems)} problems fit config.rl.max_prompt_tokens="
                              f"{rl.max_prompt_tokens} ({self.skipped} too long); need at least "
                              f"config.rl.prompts_per_step={rl.prompts_per_step}")
@@ -272,7 +280,8 @@ class RLStage:
     def _rollout_fn(self, params, prompts, lengths, keys, scfg):
         from prd_jax.operators.lm import ModelLM
 
-        return ModelLM(params, self.cfg, self.tok.pad_id, self.mesh).generate(prompts, lengths, keys, scfg)
+        return ModelLM(params, self.cfg, self.tok.pad_id, self.mesh).generate(prompts, lengths, keys, scfg,
+                                                                             name="rl.rollout")
 
     def _ref_logp(self, batch: dict) -> np.ndarray:
         if self.ref_params is None:
@@ -282,7 +291,7 @@ class RLStage:
                 forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=self.mesh)[0],
                 b["targets"]))
         keys = ("inputs", "positions", "segment_ids", "targets")
-        return np.asarray(_to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
+        return np.asarray(to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
@@ -297,9 +306,10 @@ class RLStage:
         for i, c in enumerate(chosen):
             prompts[i, pw - len(c[0]):] = c[0]
         keys = jax.random.split(key, len(chosen))
-        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, g, tuple(self.tok.stop_ids))
+        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, g, tuple(self.tok.stop_ids),
+                              rl.max_rows_per_call)
         t0 = time.perf_counter()
-        out = _to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
+        out = to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
         t1 = time.perf_counter()
         rows = len(chosen) * g
         texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(rows)]

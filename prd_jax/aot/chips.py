@@ -1,0 +1,69 @@
+"""Accelerator table for `prd-jax compile`: peak dense bf16 FLOP/s, HBM per chip, HBM bandwidth.
+
+Figures are the vendors' published per-chip numbers (dense, no sparsity). HBM is what XLA
+may use per device: for TPUs the capacity XLA's own out-of-memory errors report (e.g.
+95.74 GiB on v5p), for GPUs the card's memory less ~1 GiB for the runtime. They feed
+the "fits" verdict and a roofline time estimate, not a measured speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+GiB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    name: str
+    peak_flops: float  # dense bf16 FLOP/s per chip
+    hbm_bytes: float  # usable HBM per device (bytes)
+    hbm_bandwidth: float  # bytes/s per chip
+    platform: str  # "tpu" or "gpu"
+
+
+CHIPS = {
+    "v4": Chip("TPU v4", 275e12, 32 * GiB, 1.2e12, "tpu"),
+    "v5e": Chip("TPU v5e", 197e12, 15.75 * GiB, 0.819e12, "tpu"),
+    "v5p": Chip("TPU v5p", 459e12, 95.74 * GiB, 2.765e12, "tpu"),
+    "v6e": Chip("TPU v6e", 918e12, 31.25 * GiB, 1.64e12, "tpu"),
+    "h100": Chip("NVIDIA H100 SXM", 989e12, 79 * GiB, 3.35e12, "gpu"),
+    "h200": Chip("NVIDIA H200", 989e12, 140 * GiB, 4.8e12, "gpu"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where programs are compiled for: a TPU topology ("v5p:4x4x4") or N GPUs ("h200", N)."""
+
+    chip: Chip
+    topology: str = ""  # TPU topology name for libtpu; "" for GPU targets
+    devices: int = 0  # number of devices (chips on TPU)
+
+    @property
+    def label(self) -> str:
+        return self.topology or f"{self.chip.name} x{self.devices}"
+
+
+def parse_target(spec: str) -> Target:
+    """"v5p:4x4x4" / "v5e:2x2" (TPU topologies; chips = product of the dims) or "h200:8" /
+    "h100:16" (GPU count; compiled on that many simulated CPU devices)."""
+    if ":" not in spec:
+        raise ValueError(f"target {spec!r}: expected CHIP:TOPOLOGY (e.g. v5p:4x4x4, v5e:2x2) or GPU:COUNT "
+                         f"(e.g. h200:8); chips: {sorted(CHIPS)}")
+    chip_name, shape = spec.split(":", 1)
+    if chip_name not in CHIPS:
+        raise ValueError(f"target {spec!r}: chip {chip_name!r} unknown; allowed: {sorted(CHIPS)}")
+    chip = CHIPS[chip_name]
+    try:
+        dims = [int(d) for d in shape.split("x")]
+    except ValueError:
+        raise ValueError(f"target {spec!r}: {shape!r} is not a topology like 2x2 or 4x4x4, nor a GPU count")
+    if chip.platform == "gpu":
+        if len(dims) != 1 or dims[0] < 1:
+            raise ValueError(f"target {spec!r}: a GPU target is GPU:COUNT, e.g. h200:8")
+        return Target(chip, "", dims[0])
+    n = 1
+    for d in dims:
+        n *= d
+    return Target(chip, spec, n)

@@ -1,0 +1,276 @@
+"""Every program a config runs, as lowerable functions with abstract (sharded) arguments.
+
+- training configs (`config.stage` sft / rl): the accumulated train step (`train.step`);
+- RL: the standard rollout sampler call, the operator-RL PDR round (the eval operator's
+  whole program, as `OperatorRollouts` runs it), each distinct sampler call inside it
+  (draft, summary, refine, judges), and the V1 verifier rows;
+- eval configs (`config.operators`): each operator's whole program as `evaluate` runs it,
+  and each distinct sampler call inside them.
+
+Sampler calls inside an operator are found by tracing the operator with a recording LM
+(`jax.eval_shape`: nothing runs) that notes each call's name, prompt shape and sampling
+config; each distinct one is then lowered as the sampler program alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, List, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from prd_jax.aot import estimate as E
+from prd_jax.mesh import batch_size_multiple
+from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+
+
+@dataclasses.dataclass
+class Program:
+    """One compiled program: `lower()` -> `jax.stages.Lowered`; analytic FLOPs, time and memory."""
+
+    name: str
+    lower: Callable
+    flops: float
+    est_seconds: float
+    analytic_bytes: Optional[float] = None  # per device: params/state + KV cache (None: not modelled)
+    detail: str = ""
+    knob: str = ""  # the config field that shrinks this program's memory
+
+
+def mesh3(mesh) -> E.Mesh3:
+    return E.Mesh3(mesh.shape["data"], mesh.shape["fsdp"], mesh.shape["tensor"])
+
+
+def _abstract_params(cfg: ModelConfig, mesh):
+    from prd_jax.model.decoder import param_shapes
+    from prd_jax.model.weights import param_shardings
+
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                        param_shapes(cfg), param_shardings(cfg, mesh))
+
+
+def _batch_struct(shape, dtype, mesh):
+    spec = P(("data", "fsdp")) if shape[0] % batch_size_multiple(mesh) == 0 else P()
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(*spec, *([None] * (len(shape) - 1)))))
+
+
+def _keys(n: int, mesh):
+    return _batch_struct((n,), jax.eval_shape(lambda: jax.random.key(0)).dtype, mesh)
+
+
+# ----------------------------------------------------------------------------- sampler calls
+
+@dataclasses.dataclass(frozen=True)
+class SamplerCall:
+    name: str
+    prompts: int
+    prompt_len: int
+    scfg: object  # sampling.SamplingConfig
+
+    def shape(self) -> E.SamplerShape:
+        return E.SamplerShape(self.prompts, self.prompt_len, self.scfg.num_samples, self.scfg.max_new_tokens,
+                              self.scfg.max_rows)
+
+
+def sampler_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int = 0, knob: str = "") -> Program:
+    """The sampler (`sampling.generate`, prefill + decode loop) for one call's shapes."""
+    from prd_jax.sampling import generate
+
+    def lower():
+        fn = jax.jit(functools.partial(generate, cfg, gen_len=call.scfg.max_new_tokens, pad_id=pad_id,
+                                       fanout=True, mesh=mesh, scfg=call.scfg))
+        return fn.lower(_abstract_params(cfg, mesh), _batch_struct((call.prompts, call.prompt_len), jnp.int32, mesh),
+                        _batch_struct((call.prompts,), jnp.int32, mesh), _keys(call.prompts, mesh),
+                        jax.ShapeDtypeStruct((), jnp.int32))
+
+    s, m = call.shape(), mesh3(mesh)
+    kv = E.kv_cache_bytes_per_device(cfg, s, m)
+    detail = (f"{s.prompts} prompts x {s.samples} = {s.rows} rows ({s.rows_in_flight} in flight), prompt {s.prompt_len} "
+              f"+ gen {s.gen_len}; KV cache {kv / 1e9:.1f} GB/device")
+    return Program(call.name, lower, E.sampler_flops(cfg, s), E.sampler_seconds(cfg, s, m, chip),
+                   E.params_bytes_per_device(cfg, m) + kv, detail, knob)
+
+
+class RecordingLM:
+    """The model interface operators call, recording each call's shapes (used under eval_shape)."""
+
+    def __init__(self, lm, calls: list):
+        self.lm, self.calls = lm, calls
+
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="model call"):
+        self.calls.append(SamplerCall(name, prompts.shape[0], prompts.shape[1], scfg))
+        return self.lm.generate(prompts, lengths, keys, scfg, fanout, name)
+
+    def next_logits(self, prompts, lengths, name="model call"):
+        from prd_jax.sampling import SamplingConfig
+
+        self.calls.append(SamplerCall(name + ".logits", prompts.shape[0], prompts.shape[1], SamplingConfig(1)))
+        return self.lm.next_logits(prompts, lengths, name)
+
+
+def operator_calls(cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: int) -> List[SamplerCall]:
+    """The sampler calls one operator makes on `problems_shape = (B, width)` (traced, not run)."""
+    from prd_jax.operators.core import Problems
+    from prd_jax.operators.lm import ModelLM
+    from prd_jax.operators.runner import run
+
+    calls: list = []
+    b, w = problems_shape
+
+    def go(params, problems, keys):
+        return run(RecordingLM(ModelLM(params, cfg, pad_id, mesh), calls), problems, keys, spec, ctx)
+
+    jax.eval_shape(go, _abstract_params(cfg, mesh), _problems(b, w, mesh), _keys(b, mesh))
+    return calls
+
+
+def _problems(b: int, width: int, mesh):
+    from prd_jax.operators.core import Problems
+
+    return Problems(_batch_struct((b, width), jnp.int32, mesh), _batch_struct((b,), jnp.int32, mesh),
+                    _batch_struct((b, 64), jnp.int32, mesh), _batch_struct((b,), jnp.int32, mesh))
+
+
+def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: int,
+                     calls: List[SamplerCall], chip) -> Program:
+    """The whole operator (every round, one jitted program, as eval and operator RL run it)."""
+    from prd_jax.operators.lm import ModelLM
+    from prd_jax.operators.runner import run
+
+    b, w = problems_shape
+
+    def lower():
+        fn = jax.jit(lambda params, problems, keys: run(ModelLM(params, cfg, pad_id, mesh), problems, keys, spec, ctx))
+        return fn.lower(_abstract_params(cfg, mesh), _problems(b, w, mesh), _keys(b, mesh))
+
+    m = mesh3(mesh)
+    shapes = [c.shape() for c in calls if not c.name.endswith(".logits")]
+    flops = sum(E.sampler_flops(cfg, s) for s in shapes)
+    secs = sum(E.sampler_seconds(cfg, s, m, chip) for s in shapes)
+    kv = max([E.kv_cache_bytes_per_device(cfg, s, m) for s in shapes] or [0.0])
+    return Program(name, lower, flops, secs, E.params_bytes_per_device(cfg, m) + kv,
+                   f"{len(calls)} model calls on {b} problems of width {w}", "max_rows_per_call")
+
+
+def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
+    """One per (shape, sampling config); a repeated name gets the first's; logits probes dropped."""
+    seen, out = set(), []
+    for c in calls:
+        key = (c.prompts, c.prompt_len, c.scfg)
+        if c.name.endswith(".logits") or key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+
+def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1) -> Program:
+    """The accumulated optimizer step exactly as `trainer.fit` compiles it (donated state)."""
+    from prd_jax.train.state import abstract_state, state_shardings
+    from prd_jax.train.step import batch_shardings, repeat_step, train_step
+    from prd_jax.train.trainer import optimizer_from
+
+    accum = config.get("grad_accum_steps", 1)
+    rows, width = next(iter(abstract_batch.values())).shape[:2]
+    if rows % accum:
+        raise ValueError(f"config.grad_accum_steps={accum} does not divide the {rows} rows of a step")
+    micro = jax.tree.map(lambda s: jax.ShapeDtypeStruct((accum, s.shape[0] // accum, *s.shape[1:]), s.dtype),
+                         abstract_batch)
+
+    def lower():
+        optimizer, schedule = optimizer_from(config)
+        step_fn = repeat_step(functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, schedule=schedule),
+                              updates)
+        sh = state_shardings(cfg, optimizer, mesh)
+        replicated = NamedSharding(mesh, P())
+        jitted = jax.jit(step_fn, in_shardings=(sh, batch_shardings(micro, mesh)), out_shardings=(sh, replicated),
+                         donate_argnums=0)
+        return jitted.lower(abstract_state(cfg, optimizer, mesh), micro)
+
+    m = mesh3(mesh)
+    return Program("train_step", lower, E.train_flops(cfg, rows, width, updates),
+                   E.train_seconds(cfg, rows, width, m, chip, updates), E.train_state_bytes_per_device(cfg, m),
+                   f"{rows} rows x {width} tokens, {accum} microbatches of {rows // accum}", "grad_accum_steps")
+
+
+def model_config(config) -> ModelConfig:
+    """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
+    if isinstance(config.get("model"), str):  # eval config
+        name = config.model
+        over = {"dtype": config.get("dtype") or "bfloat16"} if config.get("dtype", "bfloat16") else {}
+    else:
+        name = config.model.name
+        o = config.model.get("overrides", None)
+        over = {} if o is None else (o.to_dict() if hasattr(o, "to_dict") else dict(o))
+    if name not in NAMED_CONFIGS:
+        raise ValueError(f"model {name!r} unknown; allowed: {sorted(NAMED_CONFIGS)}")
+    return NAMED_CONFIGS[name].replace(**over)
+
+
+def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
+    if config.stage == "sft":
+        from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
+
+        shape = (config.batch_size, config.data.seq_len)
+        batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
+        return [train_program(config, cfg, mesh, batch, sft_loss_fn(cfg, mesh), chip)]
+    from prd_jax.train.rl import RLStage
+
+    stage = RLStage(config, cfg, tokenizer, mesh, load_data=False)
+    rl = stage.rl
+    progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch)]
+    if stage.num_standard:
+        from prd_jax.sampling import SamplingConfig
+
+        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
+                              tuple(tokenizer.stop_ids), rl.max_rows_per_call)
+        call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)
+        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
+    if stage.operator:
+        op = stage.operator
+        shape = (stage.num_operator * rl.samples_per_prompt, rl.problem_tokens)
+        calls = operator_calls(cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id)
+        progs.append(operator_program("operator_rl.pdr_round", cfg, mesh, op.spec, op.ctx, shape,
+                                      tokenizer.pad_id, calls, chip))
+        progs += [sampler_program(cfg, mesh, c, chip, tokenizer.pad_id, "rl.max_rows_per_call")
+                  for c in distinct_calls(calls)]
+    if stage.verifier:
+        v = stage.verifier
+        c = rl.verifier_candidate_max_tokens
+        z = lambda w: (_batch_struct((v.rows, w), jnp.int32, mesh), _batch_struct((v.rows,), jnp.int32, mesh))
+        prompts, _, _ = jax.eval_shape(v._generate_fn, _abstract_params(cfg, mesh), z(rl.problem_tokens), z(c), z(c),
+                                       _keys(v.rows, mesh))
+        from prd_jax.sampling import SamplingConfig
+
+        scfg = SamplingConfig(rl.verifier_max_new_tokens, rl.temperature, rl.top_p, 0, 1, tuple(tokenizer.stop_ids),
+                              rl.max_rows_per_call)
+        call = SamplerCall(f"verifier.{rl.verifier}", v.rows, prompts.shape[1], scfg)
+        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
+    return progs
+
+
+def eval_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
+    from prd_jax.evaluate import _context, _k_max, build_spec
+    from prd_jax.operators.specs import Sampling
+
+    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
+                        config.get("max_rows_per_call", 0))
+    shape = (config.batch_size, config.max_problem_tokens)
+    progs, seen_calls, all_calls = [], set(), []
+    for entry in config.operators:
+        spec = build_spec(dict(entry))
+        ctx = _context(tokenizer, sampling, getattr(spec, "kappa", None), _k_max(spec),
+                       config.get("templates", "default"))
+        calls = operator_calls(cfg, mesh, spec, ctx, shape, tokenizer.pad_id)
+        progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id, calls,
+                                      chip))
+        all_calls += calls
+    progs += [sampler_program(cfg, mesh, c, chip, tokenizer.pad_id, "max_rows_per_call")
+              for c in distinct_calls(all_calls)]
+    return progs
