@@ -196,6 +196,8 @@ def test_blocked_prefill_attention_equals_dense(tiny):
     j = jnp.arange(t)
     mask = (j[None, None, :] <= j[None, :, None]) & (j[None, None, :] >= start[:, None, None])
     dense = jax.nn.dot_product_attention(q, key, val, mask=mask[:, None], scale=0.3)
-    blocked = prefill_attention(q, key, val, start, 0.3, block=4)
-    np.testing.assert_allclose(blocked[0], dense[0], atol=1e-5)
-    np.testing.assert_allclose(blocked[1, 5:], dense[1, 5:], atol=1e-5)  # rows' padding queries are unused
+    for block in (4, 5):  # 16 = 4 x 4; 16 = 3 x 5 + 1 (last block padded)
+        blocked = prefill_attention(q, key, val, start, 0.3, block=block)
+        assert blocked.shape == dense.shape
+        np.testing.assert_allclose(blocked[0], dense[0], atol=1e-5)
+        np.testing.assert_allclose(blocked[1, 5:], dense[1, 5:], atol=1e-5)  # padding queries are unused

@@ -297,12 +297,14 @@ def prefill_attention(q: Array, key: Array, val: Array, start: Array, scale: flo
         mask = (keys <= q_idx) & (keys >= start[:, None, None])  # [B, block, T]
         return jax.nn.dot_product_attention(q_blk, key, val, mask=mask[:, None], scale=scale)
 
-    if t <= block or t % block:
+    if t <= block:
         return one(q, 0)
     b, _, n, dh = q.shape
-    blocks = q.reshape(b, t // block, block, n, dh).swapaxes(0, 1)  # [T/block, B, block, N, Dh]
-    out = jax.lax.map(lambda xs: one(*xs), (blocks, jnp.arange(0, t, block)))
-    return out.swapaxes(0, 1).reshape(b, t, n, dh)
+    nb = -(-t // block)  # the last block is padded with queries past the prompt (sliced off)
+    q = jnp.pad(q, ((0, 0), (0, nb * block - t), (0, 0), (0, 0)))
+    blocks = q.reshape(b, nb, block, n, dh).swapaxes(0, 1)  # [T/block, B, block, N, Dh]
+    out = jax.lax.map(lambda xs: one(*xs), (blocks, jnp.arange(0, nb * block, block)))
+    return out.swapaxes(0, 1).reshape(b, nb * block, n, dh)[:, :t]
 
 
 def abstract_params(cfg: ModelConfig):
