@@ -30,6 +30,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from prd_jax import fileio
+from prd_jax.host import to_host
 from prd_jax.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -93,10 +95,7 @@ def abstract_like(tree):
 def _host(x) -> np.ndarray:
     if _is_key(x):
         x = jax.random.key_data(x)
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-        x = multihost_utils.process_allgather(x, tiled=True)
-    return np.ascontiguousarray(np.asarray(x))
+    return np.ascontiguousarray(to_host(x))
 
 
 def params_digest(params) -> str:
@@ -425,11 +424,12 @@ def describe(workdir) -> dict:
     info: dict[str, Any] = {"workdir": os.fspath(root), "steps": [], "latest_step": None,
                             "meta": None, "num_params": None, "params_digest": None,
                             "config": None, "last_metrics": None}
-    if (root / "config.json").exists():
-        info["config"] = json.loads((root / "config.json").read_text())
-    if (root / "metrics.jsonl").exists():
-        lines = [ln for ln in (root / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-        info["last_metrics"] = json.loads(lines[-1]) if lines else None
+    config_path, metrics_path = os.fspath(root / "config.json"), os.fspath(root / "metrics.jsonl")
+    if fileio.exists(config_path):
+        info["config"] = fileio.read_json(config_path)
+    if fileio.exists(metrics_path):
+        lines = fileio.read_jsonl(metrics_path)
+        info["last_metrics"] = lines[-1] if lines else None
     directory = root / CHECKPOINT_SUBDIR
     if not directory.exists():
         return info

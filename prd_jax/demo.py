@@ -14,6 +14,8 @@ import types
 
 import ml_collections
 
+from prd_jax import fileio
+
 log = logging.getLogger(__name__)
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -92,7 +94,7 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     from prd_jax.evaluate import evaluate, markdown_table
     from prd_jax.train.run import train
 
-    os.makedirs(workdir, exist_ok=True)
+    fileio.makedirs(workdir)
     if demo.quick:
         demo = ml_collections.ConfigDict(dict(demo.to_dict(), **demo.quick_overrides.to_dict()))
     configs = stage_configs(demo, workdir)
@@ -122,8 +124,7 @@ CLAIMS = (("RL beats SFT (Long-CoT)", ("rl_baseline", "long_cot"), ("sft", "long
 
 def _correct_by_problem(workdir: str, run: str, operator: str) -> tuple[dict, float]:
     """{problem_id: correct} of sample 0 and the mean B_seq, from one run's eval results."""
-    with open(os.path.join(workdir, "eval", run, "results.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = fileio.read_jsonl(os.path.join(workdir, "eval", run, "results.jsonl"))
     rows = [r for r in rows if r["operator"].split("(")[0] == operator and r["sample"] == 0 and "correct" in r]
     return {r["problem_id"]: bool(r["correct"]) for r in rows}, sum(r["b_seq"] for r in rows) / max(len(rows), 1)
 
@@ -169,10 +170,9 @@ def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts:
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
         combined += [dict(t, operator=f"{name}:{t['operator'].split('(')[0]}") for t in table]
-    with open(os.path.join(workdir, "results.md"), "w") as f:
-        f.write("\n".join(lines))
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump({"steps": steps, "eval_difficulties": {str(d): n for d, n in held_out_counts.items()},
-                   "claims": claims, "tables": tables}, f, indent=1)
+    fileio.write_text(os.path.join(workdir, "results.md"), "\n".join(lines))
+    fileio.write_text(os.path.join(workdir, "results.json"), json.dumps(
+        {"steps": steps, "eval_difficulties": {str(d): n for d, n in held_out_counts.items()},
+         "claims": claims, "tables": tables}, indent=1))
     pareto_plot(combined, os.path.join(workdir, "pareto.png"), "demo: accuracy vs budget per checkpoint")
     print("\n".join(lines))

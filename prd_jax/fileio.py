@@ -30,10 +30,14 @@ def _gfile():
 
 
 def open(path, mode: str = "r") -> IO:  # noqa: A001 - the module's file-opening function
-    """A file object for `path`; modes r, w, a (text) and rb, wb, ab (bytes)."""
+    """A file object for `path`; modes r, w, a (text) and rb, wb, ab (bytes). Mode w replaces
+    the file on every filesystem (TF's ram:// would otherwise overwrite the old bytes in place)."""
     path = os.fspath(path)
     if is_uri(path):
-        return _gfile().GFile(path, mode)
+        gfile = _gfile()
+        if mode.startswith("w") and gfile.exists(path):
+            gfile.remove(path)
+        return gfile.GFile(path, mode)
     return builtins.open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from prd_jax.host import to_host
 from prd_jax.operators.judges import RatingParser
 
 
@@ -127,7 +128,7 @@ class OperatorRollouts:
 
         problems = self._problems(chosen)
         keys = jax.random.split(key, len(chosen) * self.g)
-        out = jax.device_get(self._run(params, problems, keys))
+        out = to_host(self._run(params, problems, keys))
         answers = [a for _, a in chosen for _ in range(self.g)]
         groups, metrics = [], {}
         rounds = [(len(self.spec.schedule) - 1, "operator")] + ([(0, "draft")] if self.drafts else [])
@@ -217,7 +218,7 @@ class VerifierRollouts:
         # quoted as the operators quote a candidate: final stop token dropped, head + tail kept
         comp_tok = jax.numpy.asarray(comp_tok)
         lengths = strip_stop(comp_tok, jax.numpy.asarray(comp_len), tuple(self.tok.stop_ids))
-        cand_t, cand_l, _ = jax.device_get(truncate_head_tail(comp_tok, lengths, c, c // 4))
+        cand_t, cand_l, _ = to_host(truncate_head_tail(comp_tok, lengths, c, c // 4))
         slots = []  # (prompt index, i, j or None, valid)
         admissible = total = 0
         for p in range(len(problem_ids)):
@@ -235,7 +236,7 @@ class VerifierRollouts:
         labels = correct[idx] if self.pairwise else correct[idx[:, :1]]
         inputs = self._inputs([problem_ids[s[0]] for s in slots], cand_t[idx[:, 0]], cand_l[idx[:, 0]] * valid,
                               cand_t[idx[:, 1]], cand_l[idx[:, 1]] * valid)
-        prompts, plen, out = jax.device_get(self._generate(params, *inputs, jax.random.split(key, self.rows)))
+        prompts, plen, out = to_host(self._generate(params, *inputs, jax.random.split(key, self.rows)))
         ratings = parse_ratings(self.tok, out.tokens, out.lengths, self.pairwise)
         reward = verifier_reward(ratings, labels, self.rl.verifier_threshold) * valid
         n_valid = max(int(valid.sum()), 1)

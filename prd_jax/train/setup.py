@@ -84,15 +84,20 @@ def model_tokenizer(name: str, path: Optional[str]):
 
 def check_continual(config) -> None:
     """Continual PDR-RL (PDR paper §4.2) starts from a *baseline RL* run: its workdir's config
-    must be an RL stage without operator rollouts."""
-    import json
+    must be an RL stage without operator rollouts. The workdir may be local or a URI
+    (gs://...); process 0 reads its config.json and hands it to the others."""
     import os
 
+    from prd_jax import fileio
+    from prd_jax.host import on_main
+
     path = os.path.join(config.model.init_workdir or "", "config.json")
-    if config.model.init != "checkpoint" or not os.path.exists(path):
+    base = None
+    if config.model.init == "checkpoint" and config.model.init_workdir:
+        base = on_main(lambda: fileio.read_json(path) if fileio.exists(path) else None)
+    if base is None:
         raise ValueError("config.continual=True needs config.model.init='checkpoint' and "
                          f"config.model.init_workdir set to a baseline RL workdir (no {path})")
-    base = json.load(open(path))
     if base.get("stage") != "rl" or base.get("rl", {}).get("operator_fraction", 0.0) > 0:
         raise ValueError(f"config.model.init_workdir={config.model.init_workdir!r} is not a baseline RL run "
                          f"(stage={base.get('stage')!r}, operator_fraction="

@@ -4,8 +4,10 @@ A *stage* supplies the data side: `abstract_batch()`, `loss_fn()`, `next_batch(s
 rows) -> (batch, host_metrics)` (only the global batch rows `rows` this process feeds), `data_state()` / `restore_data(state)` and optionally
 `evaluate(params, step) -> metrics`. The loop owns the rest:
 
-- workdir: the resolved config (`config.json`), orbax checkpoints (`checkpoints/`),
-  TensorBoard events (clu metric writers), `metrics.jsonl` (one JSON line per step);
+- workdir (a local path or a URI such as gs://bucket/run; files via `prd_jax.fileio`,
+  written by process 0 only): the resolved config (`config.json`), orbax checkpoints
+  (`checkpoints/`), TensorBoard events (clu metric writers), `metrics.jsonl` (one JSON
+  line per step);
 - resume: the latest restorable step, the data position and the RNG come back, so a run
   killed and restarted ends bit-identical to an uninterrupted one on the same devices;
   metrics.jsonl lines after the restored step are dropped;
@@ -27,7 +29,9 @@ from typing import Any
 
 import jax
 
+from prd_jax import fileio
 from prd_jax.checkpoint import Checkpointer
+from prd_jax.host import is_main, to_host
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
 from prd_jax.train.step import compile_step, repeat_step, train_step
@@ -36,10 +40,11 @@ log = logging.getLogger(__name__)
 
 
 def save_config(config, workdir: str) -> None:
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")
-                    else json.dumps(dict(config), indent=2, default=str))
+    """`workdir/config.json`: the resolved config, written by process 0."""
+    if is_main():
+        fileio.write_text(os.path.join(workdir, "config.json"),
+                          config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")
+                          else json.dumps(dict(config), indent=2, default=str))
 
 
 def as_tree(state: TrainState) -> dict:
@@ -99,15 +104,14 @@ class MetricsLog:
         from clu import metric_writers
         from tqdm import tqdm
 
-        self.main = jax.process_index() == 0
+        self.main = is_main()
         self.writer = metric_writers.create_default_writer(workdir, just_logging=not self.main)
         self.path = os.path.join(workdir, "metrics.jsonl")
-        if self.main and os.path.exists(self.path):  # drop lines after the restored step
-            with open(self.path) as f:
-                keep = [ln for ln in f if ln.strip() and _step_of(ln) is not None and _step_of(ln) <= start]
-            with open(self.path, "w") as f:
-                f.writelines(keep)
-        self.file = open(self.path, "a") if self.main else None
+        if self.main and fileio.exists(self.path):  # drop lines after the restored step
+            lines = fileio.read_text(self.path).splitlines(keepends=True)
+            keep = [ln for ln in lines if ln.strip() and _step_of(ln) is not None and _step_of(ln) <= start]
+            fileio.write_text(self.path, "".join(keep))
+        self.file = fileio.open(self.path, "a") if self.main else None
         self.bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
                         disable=not (progress and self.main))
 
@@ -136,7 +140,7 @@ def _step_of(line: str):
 
 def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, progress: bool = True) -> dict:
     """Train `stage` for `config.steps` steps in `workdir` (resuming); returns the last metrics."""
-    os.makedirs(workdir, exist_ok=True)
+    fileio.makedirs(workdir)
     save_config(config, workdir)
     optimizer, schedule = optimizer_from(config)
     shardings = state_shardings(cfg, optimizer, mesh)
@@ -176,7 +180,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
             batch, host_metrics = stage.next_batch(state, step, rows)
             t_step = time.perf_counter()
             state, device_metrics = compiled(state, put_local(batch, rows, batch_sh, abstract_batch))
-            device_metrics = jax.device_get(device_metrics)
+            device_metrics = to_host(device_metrics)
             t_end = time.perf_counter()
             step += 1
             holder.update(state=state, step=step)
