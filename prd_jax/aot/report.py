@@ -62,6 +62,10 @@ def target_devices(target: Target) -> list:
     import jax
 
     if target.chip.platform == "tpu":
+        import os
+
+        # AOT only: no TPU is opened, so another process (a run, a second compile) may hold libtpu.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         try:
             from jax.experimental import topologies
 
