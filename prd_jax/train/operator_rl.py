@@ -87,7 +87,8 @@ class OperatorRollouts:
 
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
-        self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)),
+        self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids),
+                                                    rl.max_rows_per_call),
                                 k_max=max(spec.schedule), kappa=spec.kappa, trace=True, templates=rl.templates)
         self.drafts = rl.gradient_targets == "drafts_and_refine"
 
@@ -96,7 +97,8 @@ class OperatorRollouts:
 
         texts = [p for p, _ in chosen for _ in range(self.g)]
         answers = [a for _, a in chosen for _ in range(self.g)]
-        return encode_problems(self.tok, texts, answers, self.rl.max_prompt_tokens, width=self.rl.max_prompt_tokens)[0]
+        width = self.rl.problem_tokens
+        return encode_problems(self.tok, texts, answers, width, width=width)[0]
 
     def _run(self, params, problems, keys):
         from prd_jax.operators.lm import ModelLM
@@ -184,12 +186,13 @@ class VerifierRollouts:
         segs = fill(self.template, problem[0].shape[0], {k: fills[k] for k in self.template.slots})
         prompts, plen, _ = assemble(segs, width(segs), self.pad_id)
         scfg = SamplingConfig(self.rl.verifier_max_new_tokens, self.rl.temperature, self.rl.top_p, 0, 1,
-                              tuple(self.tok.stop_ids))
-        out = ModelLM(params, self.cfg, self.pad_id, self.mesh).generate(prompts, plen, keys, scfg)
+                              tuple(self.tok.stop_ids), self.rl.max_rows_per_call)
+        out = ModelLM(params, self.cfg, self.pad_id, self.mesh).generate(prompts, plen, keys, scfg,
+                                                                         name=f"verifier.{self.rl.verifier}")
         return prompts, plen, out
 
     def _inputs(self, problem_ids: list, a_tok, a_len, b_tok, b_len):
-        pw = self.rl.max_prompt_tokens
+        pw = self.rl.problem_tokens
         prob = np.zeros((self.rows, pw), np.int32)
         plen = np.zeros((self.rows,), np.int32)
         for i, ids in enumerate(problem_ids):
@@ -203,7 +206,7 @@ class VerifierRollouts:
         c = self.rl.verifier_candidate_max_tokens
         z = lambda w: (np.zeros((self.rows, w), np.int32), np.zeros((self.rows,), np.int32))
         keys = jax.random.split(jax.random.key(0), self.rows)
-        prompts, _, out = jax.eval_shape(self._generate, params, z(self.rl.max_prompt_tokens), z(c), z(c), keys)
+        prompts, _, out = jax.eval_shape(self._generate, params, z(self.rl.problem_tokens), z(c), z(c), keys)
         return prompts.shape[1] + out.tokens.shape[1] - 1
 
     def __call__(self, params, key, problem_ids: list, comp_tok, comp_len, correct, rng):
