@@ -146,7 +146,11 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
         import jax
 
         jax.config.update("jax_num_cpu_devices", max(target.devices, 1))
-    rows = report.compile_all(config, target, args.only)
+    try:
+        rows = report.compile_all(config, target, args.only)
+    except (ValueError, RuntimeError) as e:  # mesh vs topology, missing libtpu, context overflow
+        print(f"ERROR {args.config} on {target.label}: {e}", file=sys.stderr)
+        return 2
     print(f"{args.config} on {target.label}:")
     print(report.table(rows))
     bad = report.failures(rows)
