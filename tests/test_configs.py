@@ -240,8 +240,10 @@ def test_gpu_slurm_exports_prd_variables_per_task(tmp_path):
                        env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    assert lines == [f"gpu-node-a:12355 4 {i} {i % 2} | train --no-progress --config cfg.py:8xh200 "
-                     "--workdir /shared/wd --config.steps=1" for i in range(4)]
+    # first the fit check (`prd-jax compile`, once, with the same overrides), then the 4 tasks
+    assert re.fullmatch(r".*\| compile --config cfg\.py:8xh200 --devices \d+ --config\.steps=1", lines[0]), lines[0]
+    assert lines[1:] == [f"gpu-node-a:12355 4 {i} {i % 2} | train --no-progress --config cfg.py:8xh200 "
+                         "--workdir /shared/wd --config.steps=1" for i in range(4)]
 
 
 @pytest.mark.parametrize("path,arg", PODS, ids=[f"{_rel(p)}:{a}" for p, a in PODS])
