@@ -118,7 +118,7 @@ def test_checkpoints_sharing_a_tokenizer_compile_each_operator_once(tmp_path):
     from prd_jax.model.decoder import init_params
     from prd_jax.operators.runner import _JITTED
 
-    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=256)
+    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=1024)
     vocab = synthetic.CharVocab()
     config = ml_collections.ConfigDict(dict(
         dataset="synthetic", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2, temperature=1.0,
