@@ -23,7 +23,7 @@ def test_kv_cache_per_device_by_hand():
     by_hand = 16 * 26624 * 36 * 2 * 2 * 128 * 2
     assert by_hand == 15_703_474_176
     assert E.kv_cache_bytes_per_device(cfg, s, E.Mesh3(1, 16, 4)) == by_hand
-    # without a row cap all 256 rows of this call are in flight anyway; 2048 rows would be 8x
+    # 512 prompts x 4 = 2048 rows without a cap: all in flight, 8x the cache
     assert E.kv_cache_bytes_per_device(cfg, E.SamplerShape(512, 10240, 4, 16384), E.Mesh3(1, 16, 4)) == 8 * by_hand
 
 
@@ -100,3 +100,15 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
     assert calls["pdr.refine"].prompt_len + 16384 <= cfg.max_position
     assert refine_row == stated(r"training row is (\d+) wide")
     assert stage.width == stated(r"under the standard rows' (\d+)") == 10240 + 16384 - 1
+
+
+def test_largest_budgets_keeps_one_spec_per_group():
+    from prd_jax.aot.programs import largest_budgets
+    from prd_jax.operators.specs import PDR, LongCoT
+
+    specs = [LongCoT(max_new_tokens=8), LongCoT(max_new_tokens=32), LongCoT(max_new_tokens=16),
+             PDR(schedule=(4, 1), k=2, max_new_tokens=8), PDR(schedule=(4, 1), k=2, max_new_tokens=64),
+             PDR(schedule=(8, 1), k=2, max_new_tokens=8)]
+    kept = largest_budgets(specs)
+    assert kept == [LongCoT(max_new_tokens=32), PDR(schedule=(4, 1), k=2, max_new_tokens=64),
+                    PDR(schedule=(8, 1), k=2, max_new_tokens=8)]

@@ -64,9 +64,12 @@ def get_config(arg=None):
                             **common))
     if not smoke:
         ops.append(dict(type="best_of_n", n=n, selector="round_robin", judge=judge, **common))
-        ops.append(dict(type="rsa", population=n, subset=4, loops=3, **common))
+        # RSA quotes 4 candidates per aggregation call: 4 x 4096 + problem + 16384 generated stays
+        # under Qwen3-8B's 40,960 positions (4 x 8192 would need 50,313: refused by the context check)
+        rsa = dict(common, candidate_max_tokens=4096, truncation_head=1024)
+        ops.append(dict(type="rsa", population=n, subset=4, loops=3, **rsa))
         ops.append(dict(type="rsa", population=n, subset=4, loops=3, prune_every=1, keep=n // 2,
-                        judge=dict(judge, budget_multiple=1), **common))
+                        judge=dict(judge, budget_multiple=1), **rsa))
     else:
         ops.append(dict(type="rsa", population=n, subset=2, loops=1, prune_every=1, keep=2,
                         judge=judge, **common))

@@ -14,7 +14,6 @@ Conventions (per sequence of T tokens through the decoder):
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from prd_jax.aot.chips import Chip
 from prd_jax.model.config import ModelConfig
@@ -129,6 +128,3 @@ def sampler_seconds(cfg: ModelConfig, s: SamplerShape, mesh: Mesh3, chip: Chip) 
 def train_seconds(cfg: ModelConfig, rows: int, width: int, mesh: Mesh3, chip: Chip, updates: int = 1) -> float:
     return train_flops(cfg, rows, width, updates) / mesh.devices / chip.peak_flops
 
-
-def gb(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x / 1e9:.1f}"

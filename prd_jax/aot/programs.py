@@ -4,8 +4,9 @@
 - RL: the standard rollout sampler call, the operator-RL PDR round (the eval operator's
   whole program, as `OperatorRollouts` runs it), each distinct sampler call inside it
   (draft, summary, refine, judges), and the V1 verifier rows;
-- eval configs (`config.operators`): each operator's whole program as `evaluate` runs it,
-  and each distinct sampler call inside them.
+- eval configs (`config.operators`): each distinct sampler call of the operators (at the
+  largest budget of operators that differ only in it), and with `whole_operators` each
+  operator's whole program as `evaluate` runs it.
 
 Sampler calls inside an operator are found by tracing the operator with a recording LM
 (`jax.eval_shape`: nothing runs) that notes each call's name, prompt shape and sampling
@@ -114,7 +115,6 @@ class RecordingLM:
 
 def operator_calls(cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: int) -> List[SamplerCall]:
     """The sampler calls one operator makes on `problems_shape = (B, width)` (traced, not run)."""
-    from prd_jax.operators.core import Problems
     from prd_jax.operators.lm import ModelLM
     from prd_jax.operators.runner import run
 
@@ -157,7 +157,8 @@ def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shap
 
 
 def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
-    """One per (shape, sampling config); a repeated name gets the first's; logits probes dropped."""
+    """The first call of each (prompts, prompt width, sampling config); forced-rating logits
+    probes (`.logits`, a single forward) are dropped."""
     seen, out = set(), []
     for c in calls:
         key = (c.prompts, c.prompt_len, c.scfg)
@@ -201,9 +202,9 @@ def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn,
 
 def model_config(config) -> ModelConfig:
     """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
-    if isinstance(config.get("model"), str):  # eval config
+    if isinstance(config.get("model"), str):  # eval config: as `evaluate` loads it
         name = config.model
-        over = {"dtype": config.get("dtype") or "bfloat16"} if config.get("dtype", "bfloat16") else {}
+        over = {"dtype": config.dtype} if config.get("dtype") else {}
     else:
         name = config.model.name
         o = config.model.get("overrides", None)
@@ -255,21 +256,41 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
     return progs
 
 
-def eval_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
+def largest_budgets(specs: list) -> list:
+    """One spec per group of specs equal in every field but `max_new_tokens`: the largest.
+
+    Within a group every call has the same prompt shapes and only a longer generation
+    (cache capacity, token buffers) at a larger budget, so the largest bounds the others."""
+    best: dict = {}
+    for spec in specs:
+        key = (type(spec),) + tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
+                                    if f.name != "max_new_tokens")
+        if key not in best or spec.max_new_tokens > best[key].max_new_tokens:
+            best[key] = spec
+    return list(best.values())
+
+
+def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = False) -> List[Program]:
+    """Each distinct sampler call of the config's operators (at the largest budget of each
+    group, `largest_budgets`) and, with `whole_operators`, each operator's whole program.
+
+    The whole programs are off by default: they run the same calls one after another, and on
+    a 2-core host the 2-call operator-RL round of Qwen3-8B took 7-10 minutes to compile (it
+    measured 32.6 GB per v5p chip against 31.6 GB for its largest call)."""
     from prd_jax.evaluate import _context, _k_max, build_spec
     from prd_jax.operators.specs import Sampling
 
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
                         config.get("max_rows_per_call", 0))
     shape = (config.batch_size, config.max_problem_tokens)
-    progs, seen_calls, all_calls = [], set(), []
-    for entry in config.operators:
-        spec = build_spec(dict(entry))
+    progs, all_calls = [], []
+    for spec in largest_budgets([build_spec(dict(e)) for e in config.operators]):
         ctx = _context(tokenizer, sampling, getattr(spec, "kappa", None), _k_max(spec),
                        config.get("templates", "default"))
         calls = operator_calls(cfg, mesh, spec, ctx, shape, tokenizer.pad_id)
-        progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id, calls,
-                                      chip))
+        if whole_operators:
+            progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id,
+                                          calls, chip))
         all_calls += calls
     progs += [sampler_program(cfg, mesh, c, chip, tokenizer.pad_id, "max_rows_per_call")
               for c in distinct_calls(all_calls)]

@@ -46,15 +46,20 @@ class Row:
 def target_of(config, override: Optional[str], devices: Optional[int]) -> Target:
     """`--topology` / `--devices`, else the config's declared `target` (e.g. "v5p:4x4x4")."""
     if override:
-        return parse_target(override)
+        return _with_devices(parse_target(override), devices)
     declared = config.get("target")
     if not declared:
         raise ValueError("the config declares no `target` (e.g. c.target = 'v5p:4x4x4'); pass --topology "
                          "CHIP:TOPOLOGY (TPU) or --topology GPU:COUNT (e.g. h200:8)")
-    t = parse_target(declared)
-    if devices and t.chip.platform == "gpu":
-        t = dataclasses.replace(t, devices=devices)
-    return t
+    return _with_devices(parse_target(declared), devices)
+
+
+def _with_devices(t: Target, devices: Optional[int]) -> Target:
+    if not devices:
+        return t
+    if t.chip.platform != "gpu":
+        raise ValueError(f"--devices={devices} applies to GPU targets; {t.label} is a TPU topology")
+    return dataclasses.replace(t, devices=devices)
 
 
 def target_devices(target: Target) -> list:
@@ -101,7 +106,7 @@ def tokenizer_for(config):
     return model_tokenizer("smollm2-135m", None), "smollm2-135m (stand-in: the model's tokenizer is not on disk)"
 
 
-def build(config, target: Target):
+def build(config, target: Target, whole_operators: bool = False):
     """(mesh, programs, tokenizer label) for `config` on `target`."""
     from prd_jax.aot import programs as PG
     from prd_jax.mesh import make_mesh
@@ -113,14 +118,14 @@ def build(config, target: Target):
     cfg = PG.model_config(config)
     tok, tok_label = tokenizer_for(config)
     if config.get("operators") is not None:
-        progs = PG.eval_programs(config, cfg, mesh, tok, target.chip)
+        progs = PG.eval_programs(config, cfg, mesh, tok, target.chip, whole_operators)
     else:
         progs = PG.training_programs(config, cfg, mesh, tok, target.chip)
     return mesh, progs, tok_label
 
 
-def compile_all(config, target: Target, only: Optional[List[str]] = None) -> List[Row]:
-    _, progs, tok_label = build(config, target)
+def compile_all(config, target: Target, only: Optional[List[str]] = None, whole_operators: bool = False) -> List[Row]:
+    _, progs, tok_label = build(config, target, whole_operators)
     log.info("tokenizer for template lengths: %s", tok_label)
     rows = []
     for p in progs:
