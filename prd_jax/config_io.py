@@ -58,3 +58,17 @@ def apply_overrides(config, overrides: Sequence[str]):
             raise ValueError(f"--config.{dotted}={raw!r}: expected {type(current).__name__}")
         node[leaf] = value
     return config
+
+
+def save_config(config, workdir: str) -> None:
+    """`workdir/config.json`: the resolved config (principle 6), written by process 0 through
+    `prd_jax.fileio` (local path or gs://)."""
+    import json
+
+    from prd_jax import fileio
+    from prd_jax.host import is_main
+
+    if is_main():
+        fileio.write_text(os.path.join(workdir, "config.json"),
+                          config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")
+                          else json.dumps(dict(config), indent=2, default=str))

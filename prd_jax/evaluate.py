@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import fileio
+from prd_jax.config_io import save_config
 from prd_jax.host import is_main, on_main, to_host
 from prd_jax.operators.specs import PDR, RSA, SR, BestOfN, LongCoT, Sampling
 
@@ -53,6 +54,11 @@ def build_spec(entry: dict):
 
 RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
                 "templates")
+
+
+def model_overrides(config) -> dict:
+    """ModelConfig overrides an eval config asks for: `dtype` (the paper configs compute in bf16)."""
+    return {"dtype": config.dtype} if config.get("dtype") else {}
 
 
 def check_settings(config, workdir: str) -> None:
@@ -202,9 +208,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     if main:
         fileio.makedirs(workdir)
     check_settings(config, workdir)
-    if main:
-        fileio.write_text(os.path.join(workdir, "config.json"), config.to_json(indent=2) if hasattr(config, "to_json")
-                          else json.dumps(dict(config), indent=2))
+    save_config(config, workdir)
     specs = [build_spec(dict(e)) for e in config.operators]
     if rows is None:
         rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
@@ -213,8 +217,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
 
         # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
         mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
-        dtype = {"dtype": config.dtype} if config.get("dtype") else {}  # paper configs: bf16 compute
-        model = load(config.model, config.get("model_path") or None, mesh=mesh, **dtype)
+        model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))
     tok = model.tokenizer
     lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh)
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids,

@@ -21,7 +21,6 @@ from typing import Callable, List, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
@@ -203,8 +202,9 @@ def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn,
 def model_config(config) -> ModelConfig:
     """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
     if isinstance(config.get("model"), str):  # eval config: as `evaluate` loads it
-        name = config.model
-        over = {"dtype": config.dtype} if config.get("dtype") else {}
+        from prd_jax.evaluate import model_overrides
+
+        name, over = config.model, model_overrides(config)
     else:
         name = config.model.name
         o = config.model.get("overrides", None)

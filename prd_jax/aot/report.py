@@ -9,7 +9,6 @@ FLOPs and a roofline time. The exit status is non-zero when any program does not
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from typing import List, Optional

@@ -215,7 +215,8 @@ class RLStage:
             self.problems.append((ids, str(row["answer"]), row["problem"]))
         if load_data and len(self.problems) < rl.prompts_per_step:
             raise ValueError(f"{len(self.problems)} problems fit config.rl.max_prompt_tokens="
-                             f"{rl.max_prompt_tokens} ({self.skipped} too long); need at least "
+                             f"{rl.max_prompt_tokens} (prompt) and max_problem_tokens={rl.problem_tokens} "
+                             f"(problem text) ({self.skipped} too long); need at least "
                              f"config.rl.prompts_per_step={rl.prompts_per_step}")
         self.num_operator = int(round(rl.prompts_per_step * rl.operator_fraction))
         self.num_standard = rl.prompts_per_step - self.num_operator

@@ -31,20 +31,13 @@ import jax
 
 from prd_jax import fileio
 from prd_jax.checkpoint import Checkpointer
+from prd_jax.config_io import save_config
 from prd_jax.host import is_main, to_host
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
 from prd_jax.train.step import compile_step, repeat_step, train_step
 
 log = logging.getLogger(__name__)
-
-
-def save_config(config, workdir: str) -> None:
-    """`workdir/config.json`: the resolved config, written by process 0."""
-    if is_main():
-        fileio.write_text(os.path.join(workdir, "config.json"),
-                          config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")
-                          else json.dumps(dict(config), indent=2, default=str))
 
 
 def as_tree(state: TrainState) -> dict:
