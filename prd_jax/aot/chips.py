@@ -1,9 +1,11 @@
 """Accelerator table for `prd-jax compile`: peak dense bf16 FLOP/s, HBM per chip, HBM bandwidth.
 
-Figures are the vendors' published per-chip numbers (dense, no sparsity). HBM is what XLA
-may use per device: for TPUs the capacity XLA's own out-of-memory errors report (e.g.
-95.74 GiB on v5p), for GPUs the card's memory less ~1 GiB for the runtime. They feed
-the "fits" verdict and a roofline time estimate, not a measured speed.
+FLOP/s and bandwidth are the vendors' published per-chip numbers (dense, no sparsity). HBM
+per device: v5p is the 95.74 GiB that XLA's own out-of-memory error reports for it; the
+other TPUs are the vendors' capacities (v4 32 GiB, v5e 16 GiB, v6e 32 GiB; XLA may reserve
+a little of it); GPUs are the card's memory (H100 80 GB, H200 141 GB) less 1 GiB for the
+CUDA runtime. They feed the "fits" verdict and a roofline time estimate, not a measured
+speed.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ class Chip:
 
 CHIPS = {
     "v4": Chip("TPU v4", 275e12, 32 * GiB, 1.2e12, "tpu"),
-    "v5e": Chip("TPU v5e", 197e12, 15.75 * GiB, 0.819e12, "tpu"),
+    "v5e": Chip("TPU v5e", 197e12, 16 * GiB, 0.819e12, "tpu"),
     "v5p": Chip("TPU v5p", 459e12, 95.74 * GiB, 2.765e12, "tpu"),
-    "v6e": Chip("TPU v6e", 918e12, 31.25 * GiB, 1.64e12, "tpu"),
-    "h100": Chip("NVIDIA H100 SXM", 989e12, 79 * GiB, 3.35e12, "gpu"),
-    "h200": Chip("NVIDIA H200", 989e12, 140 * GiB, 4.8e12, "gpu"),
+    "v6e": Chip("TPU v6e", 918e12, 32 * GiB, 1.64e12, "tpu"),
+    "h100": Chip("NVIDIA H100 SXM", 989e12, 80e9 - GiB, 3.35e12, "gpu"),
+    "h200": Chip("NVIDIA H200", 989e12, 141e9 - GiB, 4.8e12, "gpu"),
 }
 
 
