@@ -123,10 +123,14 @@ CLAIMS = (("RL beats SFT (Long-CoT)", ("rl_baseline", "long_cot"), ("sft", "long
 
 
 def _correct_by_problem(workdir: str, run: str, operator: str) -> tuple[dict, float]:
-    """{problem_id: correct} of sample 0 and the mean B_seq, from one run's eval results."""
+    """{problem_id: correct} of sample 0 and the mean B_seq (generated tokens on the accepted
+    path, PDR §3.1), from one run's eval results."""
+    from prd_jax.evaluate import row_budgets
+
     rows = fileio.read_jsonl(os.path.join(workdir, "eval", run, "results.jsonl"))
     rows = [r for r in rows if r["operator"].split("(")[0] == operator and r["sample"] == 0 and "correct" in r]
-    return {r["problem_id"]: bool(r["correct"]) for r in rows}, sum(r["b_seq"] for r in rows) / max(len(rows), 1)
+    b_seq = sum(row_budgets(r)["b_seq"] for r in rows) / max(len(rows), 1)
+    return {r["problem_id"]: bool(r["correct"]) for r in rows}, b_seq
 
 
 def paired_claim(workdir: str, text: str, a: tuple, b: tuple) -> dict:

@@ -2,8 +2,11 @@
 
 Metrics follow the PDR paper (arXiv 2510.01123 §4): mean@k accuracy (mean over problems
 of the per-problem mean over k samples), pass@k (share of problems with at least one
-correct sample among k), and mean B_seq / B_total per operator. A rerun reads
-`results.jsonl` and skips (problem, operator, sample) rows already written.
+correct sample among k), and mean B_seq / B_total per operator: the tokens generated on the
+accepted path and over all calls (§3.1, Fig. 9 caption), with the in + out sums
+`b_seq_io` / `b_total_io` (context cost) beside them. A rerun reads `results.jsonl` and
+skips (problem, operator, sample) rows already written; budgets are recomputed from each
+row's per-call records, so rows written under an older definition summarise correctly.
 
 The workdir may be local or a URI (gs://...; `prd_jax.fileio`). On several processes
 (`jax.distributed`) the operators run on one global mesh, their outputs are gathered with
@@ -92,8 +95,23 @@ def read_done(path: str) -> set:
     return {(row["problem_id"], row["operator"], row["sample"]) for row in fileio.read_jsonl(path)}
 
 
+BUDGETS = ("b_seq", "b_total", "b_seq_io", "b_total_io")
+
+
+def row_budgets(row: dict) -> dict:
+    """The four budgets of a results row, from its per-call records when it has them."""
+    calls = row.get("calls")
+    if not calls:
+        return {k: row[k] for k in BUDGETS if k in row}
+    out = [c["out_tokens"] for c in calls]
+    both = [c["in_tokens"] + c["out_tokens"] for c in calls]
+    acc = [bool(c["accepted"]) for c in calls]
+    return {"b_seq": sum(o for o, a in zip(out, acc) if a), "b_total": sum(out),
+            "b_seq_io": sum(t for t, a in zip(both, acc) if a), "b_total_io": sum(both)}
+
+
 def summarize(rows: Iterable[dict]) -> list:
-    """Per-operator mean@k, pass@k, mean B_seq / B_total, parse failures and skips."""
+    """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips."""
     by_op = collections.defaultdict(lambda: collections.defaultdict(list))
     skipped = collections.Counter()
     for row in rows:
@@ -106,12 +124,12 @@ def summarize(rows: Iterable[dict]) -> list:
         per_problem = [np.mean([r["correct"] for r in rs]) for rs in problems.values()]
         all_rows = [r for rs in problems.values() for r in rs]
         k = max(len(rs) for rs in problems.values())
+        budgets = [row_budgets(r) for r in all_rows]
         table.append({
             "operator": op, "problems": len(problems), "k": k,
             "mean_at_k": float(np.mean(per_problem)),
             "pass_at_k": float(np.mean([any(r["correct"] for r in rs) for rs in problems.values()])),
-            "b_seq": float(np.mean([r["b_seq"] for r in all_rows])),
-            "b_total": float(np.mean([r["b_total"] for r in all_rows])),
+            **{b: float(np.mean([r[b] for r in budgets])) for b in BUDGETS},
             "parse_failures": int(sum(not r["parsed"] for r in all_rows)),
             "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
             "judge_unparsed": int(sum(r.get("judge_unparsed", 0) for r in all_rows)),
@@ -121,26 +139,31 @@ def summarize(rows: Iterable[dict]) -> list:
 
 
 def markdown_table(table: list) -> str:
-    head = ("| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | no answer | truncations "
-            "| judge unparsed | skipped |")
-    lines = [head, "|" + "---|" * 11]
+    """Summary table; B_seq / B_total count generated tokens, the io columns in + out tokens."""
+    head = ("| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | B_seq io | B_total io "
+            "| no answer | truncations | judge unparsed | skipped |")
+    lines = [head, "|" + "---|" * 13]
     for t in table:
         lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
-                     f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | "
-                     f"{t['parse_failures']} | {t['truncations']} | {t['judge_unparsed']} | {t['skipped']} |")
+                     f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | {t['b_seq_io']:.0f} | "
+                     f"{t['b_total_io']:.0f} | {t['parse_failures']} | {t['truncations']} | "
+                     f"{t['judge_unparsed']} | {t['skipped']} |")
     return "\n".join(lines)
 
 
 def pareto_plot(table: list, path: str, title: str = "") -> None:
-    """Accuracy against mean B_seq and mean B_total, one point per operator (paper Fig. 3 style)."""
+    """Accuracy against mean B_seq and B_total (top: generated tokens, the paper's Fig. 3
+    axes) and against their in + out counterparts (bottom: context cost), one point per operator."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, label in ((axes[0], "b_seq", "B_seq (accepted-path tokens)"),
-                           (axes[1], "b_total", "B_total (all tokens)")):
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8.4))
+    for ax, key, label in ((axes[0, 0], "b_seq", "B_seq (tokens generated on the accepted path)"),
+                           (axes[0, 1], "b_total", "B_total (tokens generated by all calls)"),
+                           (axes[1, 0], "b_seq_io", "B_seq io (input + output, accepted path)"),
+                           (axes[1, 1], "b_total_io", "B_total io (input + output, all calls)")):
         for t in table:
             ax.scatter(t[key], t["mean_at_k"], s=40)
             ax.annotate(t["operator"], (t[key], t["mean_at_k"]), fontsize=7, xytext=(3, 3),
@@ -263,7 +286,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                             out.write(json.dumps({
                                 "problem_id": chunk[j]["id"], "operator": spec.label, "sample": sample,
                                 "answer": g["answer"], "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
-                                "b_seq": int(res.b_seq[i]), "b_total": int(res.b_total[i]),
+                                **{b: int(getattr(res, b)[i]) for b in BUDGETS},
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),
                                 "calls": _calls_rows(res.calls, i), "completion": text}) + "\n")

@@ -16,7 +16,7 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "smoll
 
 def row(pid, op, sample, correct, b_seq=10, b_total=20, parsed=True):
     return {"problem_id": pid, "operator": op, "sample": sample, "correct": correct, "parsed": parsed,
-            "b_seq": b_seq, "b_total": b_total, "truncations": 0}
+            "b_seq": b_seq, "b_total": b_total, "b_seq_io": 3 * b_seq, "b_total_io": 3 * b_total, "truncations": 0}
 
 
 def test_summary_metrics_hand_computed():
@@ -27,8 +27,19 @@ def test_summary_metrics_hand_computed():
     assert t["mean_at_k"] == pytest.approx(0.25)  # (0.5 + 0) / 2
     assert t["pass_at_k"] == pytest.approx(0.5)
     assert t["b_seq"] == pytest.approx(15.0) and t["b_total"] == pytest.approx(25.0)
+    assert t["b_seq_io"] == pytest.approx(45.0) and t["b_total_io"] == pytest.approx(75.0)
     assert (t["k"], t["parse_failures"], t["skipped"], t["problems"]) == (2, 1, 1, 2)
-    assert "| op | 2 | 2 | 0.250 | 0.500 | 15 | 25 | 1 | 0 | 0 | 1 |" in markdown_table([t])
+    assert "| op | 2 | 2 | 0.250 | 0.500 | 15 | 25 | 45 | 75 | 1 | 0 | 0 | 1 |" in markdown_table([t])
+
+
+def test_summary_budgets_come_from_the_call_records():
+    # a row written under the old in + out definition: its per-call records decide
+    calls = [{"name": "draft", "in_tokens": 7, "out_tokens": 5, "accepted": True},
+             {"name": "draft", "in_tokens": 7, "out_tokens": 9, "accepted": False},
+             {"name": "refine", "in_tokens": 20, "out_tokens": 4, "accepted": True}]
+    old = dict(row("a", "op", 0, True, b_seq=36, b_total=52), calls=calls)
+    (t,) = summarize([old])
+    assert (t["b_seq"], t["b_total"], t["b_seq_io"], t["b_total_io"]) == (9, 18, 36, 52)
 
 
 def test_build_spec_and_overrides_validate():
@@ -72,11 +83,13 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
         rows = [json.loads(line) for line in f]
     assert len(rows) == 12 and {r["problem_id"] for r in rows} == {"gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2"}
     for r in rows:
-        assert r["b_total"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"])
-        assert r["b_seq"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"] if c["accepted"])
+        assert r["b_total"] == sum(c["out_tokens"] for c in r["calls"])
+        assert r["b_seq"] == sum(c["out_tokens"] for c in r["calls"] if c["accepted"])
+        assert r["b_total_io"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"])
+        assert r["b_seq_io"] == sum(c["in_tokens"] + c["out_tokens"] for c in r["calls"] if c["accepted"])
         assert isinstance(r["correct"], bool)
         if r["operator"].startswith(("sr", "long_cot")):
-            assert r["b_seq"] == r["b_total"]
+            assert r["b_seq"] == r["b_total"] and r["b_seq_io"] == r["b_total_io"]
         elif r["operator"].startswith("best_of_n"):  # 4 drafts + a Swiss tournament of <= 4 judge calls
             judge = [c for c in r["calls"] if c["name"] == "judge"]
             assert [c["name"] for c in r["calls"]][:4] == ["draft"] * 4 and 2 <= len(judge) <= 4

@@ -99,13 +99,19 @@ def run(spec, gold="d"):
     return res, int(res.b_seq[0]), int(res.b_total[0])
 
 
+def io(res):
+    """(b_seq_io, b_total_io) of problem 0: the in + out sums (context cost)."""
+    return int(res.b_seq_io[0]), int(res.b_total_io[0])
+
+
 def pdr_spec(distill, selector="random", k=2, schedule=(4, 2, 1)):
     return PDR(schedule, distill, k, selector, KAPPA, N, CMAX, HEAD)
 
 
 def test_long_cot_budget():
-    _, b_seq, b_total = run(LongCoT(N))
-    assert b_seq == b_total == SOLVE_IN + N
+    res, b_seq, b_total = run(LongCoT(N))
+    assert b_seq == b_total == N  # generated tokens only (PDR §3.1)
+    assert io(res) == (SOLVE_IN + N, SOLVE_IN + N)
 
 
 @pytest.mark.parametrize("error_analysis", [False, True])
@@ -113,7 +119,8 @@ def test_sr_budget(error_analysis):
     tpl = P.SR_ERROR_ANALYSIS if error_analysis else P.SR_REFINE
     res, b_seq, b_total = run(SR(2, error_analysis, N, CMAX, HEAD))
     refine_in = literal_len(tpl) + LP + CAND
-    assert b_seq == b_total == (SOLVE_IN + N) + 2 * (refine_in + N)
+    assert b_seq == b_total == 3 * N
+    assert io(res) == ((SOLVE_IN + N) + 2 * (refine_in + N),) * 2
     assert int(res.truncations[0]) == 2  # both refine prompts cut the 9-token answer to 6
 
 
@@ -127,7 +134,8 @@ def test_a_final_stop_token_counts_in_its_call_but_is_not_quoted():
     # prompt quotes N - 1 tokens of the draft, while the draft's out_tokens stay N
     ctx = make_context(TOK, Sampling(stop_ids=(100,)), grader=FirstTokenGrader(), kappa=KAPPA, k_max=4)
     res = run_operator(ScriptedLM(), problems("d"), jax.random.key(0), SR(1, False, N, N, HEAD), ctx)
-    assert int(res.b_seq[0]) == (SOLVE_IN + N) + (literal_len(P.SR_REFINE) + LP + N - 1 + N)
+    assert int(res.b_seq_io[0]) == (SOLVE_IN + N) + (literal_len(P.SR_REFINE) + LP + N - 1 + N)
+    assert int(res.b_seq[0]) == 2 * N  # the stop token counts as generated
     assert int(res.truncations[0]) == 0
     res = run_operator(ScriptedLM(), problems("d"), jax.random.key(0), PDR((2, 1), "shared_topk", 2, "random",
                                                                           KAPPA, N, N, HEAD), ctx)
@@ -139,8 +147,8 @@ def test_a_final_stop_token_counts_in_its_call_but_is_not_quoted():
 def test_pdr_extractive_budgets(distill):
     res, b_seq, b_total = run(pdr_spec(distill))
     draft, refine = SOLVE_IN + N, topk_in(2) + N
-    assert b_total == 4 * draft + 2 * refine + 1 * refine
-    assert b_seq == draft + refine + refine
+    assert b_total == 4 * N + 2 * N + N and b_seq == 3 * N  # unused drafts only in b_total
+    assert io(res) == (draft + refine + refine, 4 * draft + 2 * refine + 1 * refine)
     assert res.calls.names == ("draft",) * 4 + ("refine",) * 2 + ("refine",)
     assert int(res.calls.accepted[0].sum()) == 3
 
@@ -154,8 +162,10 @@ def test_pdr_global_summary_budget():
 
     refine = literal_len(P.PDR_SUMMARY) + LP + KAPPA + N
     s1, s2 = summary_in(4) + KAPPA, summary_in(2) + KAPPA
-    assert b_total == 4 * draft + s1 + 2 * refine + s2 + refine
-    assert b_seq == draft + s1 + refine + s2 + refine
+    assert io(res) == (draft + s1 + refine + s2 + refine, 4 * draft + s1 + 2 * refine + s2 + refine)
+    # the summary counts once, as its call's output, not again as the refine call's input
+    assert b_seq == N + KAPPA + N + KAPPA + N
+    assert b_total == 4 * N + KAPPA + 2 * N + KAPPA + N
     assert int(res.workspace_lengths[0]) == KAPPA
 
 
@@ -163,10 +173,12 @@ def test_pdr_self_pointwise_counts_rating_calls():
     res, b_seq, b_total = run(pdr_spec("shared_topk", "self_pointwise"))
     # no judge reasoning: the forced "\n<rating>" plus one rating token ("1": uniform logits
     # make P(1) = (1/9)(1 - 1/256) the largest) are the judge's output tokens
-    judge = literal_len(P.POINTWISE_MATH) + LP + CAND + len("\n<rating>") + 1
+    judge_out = len("\n<rating>") + 1
+    judge = literal_len(P.POINTWISE_MATH) + LP + CAND + judge_out
     draft, refine = SOLVE_IN + N, topk_in(2) + N
-    assert b_total == 4 * draft + 2 * refine + refine + (4 + 2) * judge
-    assert b_seq == draft + refine + refine + 2 * judge
+    assert io(res) == (draft + refine + refine + 2 * judge, 4 * draft + 2 * refine + refine + (4 + 2) * judge)
+    assert b_total == 7 * N + (4 + 2) * judge_out
+    assert b_seq == 3 * N + 2 * judge_out  # the accepted candidate's rating call, per round
 
 
 def test_oracle_correct_admits_exactly_the_correct_candidate():

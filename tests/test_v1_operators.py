@@ -198,8 +198,9 @@ def test_best_of_n_pointwise_budget_and_choice():
     res = run(BestOfN(N, "pointwise", 16, 32, 8, THINK))
     assert selected(res) == N - 1  # rated 1 + m
     draft = SOLVE_IN + CAND
-    assert int(res.b_total[0]) == N * draft + N * (POINT_IN + POINT_OUT)
-    assert int(res.b_seq[0]) == draft + POINT_IN + POINT_OUT
+    assert int(res.b_total_io[0]) == N * draft + N * (POINT_IN + POINT_OUT)
+    assert int(res.b_seq_io[0]) == draft + POINT_IN + POINT_OUT
+    assert int(res.b_total[0]) == N * CAND + N * POINT_OUT and int(res.b_seq[0]) == CAND + POINT_OUT
     assert int(res.judge_unparsed[0]) == 0
 
 
@@ -214,8 +215,10 @@ def test_best_of_n_pairwise_v1_replays_host_tournament(m, both_orders):
     accepted = np.asarray(res.calls.accepted[0]) & calls
     assert int(accepted.sum()) == len(host.batches)  # one latency-bound call per batch
     draft = SOLVE_IN + CAND
-    assert int(res.b_total[0]) == N * draft + host.calls * (PAIR_IN + PAIR_OUT)
-    assert int(res.b_seq[0]) == draft + len(host.batches) * (PAIR_IN + PAIR_OUT)
+    assert int(res.b_total_io[0]) == N * draft + host.calls * (PAIR_IN + PAIR_OUT)
+    assert int(res.b_seq_io[0]) == draft + len(host.batches) * (PAIR_IN + PAIR_OUT)
+    assert int(res.b_total[0]) == N * CAND + host.calls * PAIR_OUT
+    assert int(res.b_seq[0]) == CAND + len(host.batches) * PAIR_OUT
 
 
 def test_forced_ratings_match_tags_and_are_counted():
@@ -252,7 +255,8 @@ def test_majority_vote_ties_to_lower_index(answers, expected):
     texts = tuple(f"\\boxed{{{a}}}" if a not in "xyz" else "none" for a in answers)
     res = run(BestOfN(len(answers), "majority", 16, 32, 8), JudgeLM(answers=texts))
     assert selected(res) == expected
-    assert int(res.b_total[0]) == sum(SOLVE_IN + 1 + len(t) for t in texts)  # no judge calls
+    assert int(res.b_total_io[0]) == sum(SOLVE_IN + 1 + len(t) for t in texts)  # no judge calls
+    assert int(res.b_total[0]) == sum(1 + len(t) for t in texts)
 
 
 # ----------------------------------------------------------------------------- RSA and PDR
@@ -265,8 +269,8 @@ def rsa_in(k):
 def test_rsa_budget_by_hand():
     res = run(RSA(4, 2, 2, 16, 32, 8))
     draft, agg = SOLVE_IN + CAND, rsa_in(2) + CAND
-    assert int(res.b_total[0]) == 4 * draft + 2 * 4 * agg
-    assert int(res.b_seq[0]) == draft + 2 * agg
+    assert (int(res.b_total_io[0]), int(res.b_seq_io[0])) == (4 * draft + 2 * 4 * agg, draft + 2 * agg)
+    assert (int(res.b_total[0]), int(res.b_seq[0])) == ((4 + 2 * 4) * CAND, 3 * CAND)
     assert res.calls.names == ("draft",) * 4 + ("aggregate",) * 8
 
 

@@ -88,6 +88,14 @@ class OperatorResult:
     def b_total(self) -> Array:
         return self.calls.b_total
 
+    @property
+    def b_seq_io(self) -> Array:
+        return self.calls.b_seq_io
+
+    @property
+    def b_total_io(self) -> Array:
+        return self.calls.b_total_io
+
 
 def make_result(final_t, final_l, calls, workspace, truncs, rounds_t, rounds_l, unparsed=None,
                 traces=()) -> OperatorResult:

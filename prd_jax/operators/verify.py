@@ -13,8 +13,9 @@ pairing between batches is the host code of `tournament.py` run through
 the batch the tournament asks for next. The in-graph and host tournaments are therefore
 the same algorithm, call for call.
 
-Budgets: a batch's calls run in parallel, so each batch puts its longest call on the
-accepted path (B_seq counts sequential batches); every judge call counts in B_total.
+Budgets: a batch's calls run in parallel, so each batch puts the call that generates the
+most tokens on the accepted path (B_seq counts sequential batches; ties go to the lower
+call, and `b_seq_io` counts that same call's in + out); every judge call counts in B_total.
 Pointwise ratings of N candidates are one parallel batch; the selected candidate's
 rating call is on the path.
 """
@@ -178,8 +179,7 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
     t, _, _, hp, hr, hc, log_in, log_out, unparsed = jax.lax.while_loop(
         lambda s: (s[0] < t_max) & jnp.any(s[2] > 0), body, state)
     _, _, mu = jax.pure_callback(host, shapes, seeds, hp, hr, hc, t)
-    total = log_in + log_out
-    longest = jnp.argmax(total, axis=2)  # [B, T]: the batch's latency-bound call
+    longest = jnp.argmax(log_out, axis=2)  # [B, T]: the batch's latency-bound call (most generated)
     accepted = (jnp.arange(w)[None, None, :] == longest[:, :, None]) & (hc[:, :, None] > 0)
     calls = [ExtraCalls(0, "judge", log_in.reshape(b, -1), log_out.reshape(b, -1), accepted.reshape(b, -1))]
     return Selection(mu, jnp.ones((b, n), bool), calls, unparsed)

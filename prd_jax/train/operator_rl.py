@@ -151,8 +151,8 @@ class OperatorRollouts:
             metrics.update({f"reward/{name}": float(correct.mean()), f"accuracy/{name}": float(correct.mean()),
                             f"length/{name}": float(flat_l.mean())})
         metrics["workspace_length"] = float(np.asarray(out.workspace_lengths).mean())
-        metrics["operator/b_seq"] = float(np.asarray(out.b_seq).mean())
-        metrics["operator/b_total"] = float(np.asarray(out.b_total).mean())
+        for name in ("b_seq", "b_total", "b_seq_io", "b_total_io"):  # generated; in + out (PDR §3.1)
+            metrics[f"operator/{name}"] = float(np.asarray(getattr(out, name)).mean())
         return groups, metrics
 
 
