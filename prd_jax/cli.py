@@ -98,6 +98,8 @@ def main(argv=None) -> None:
                          "(h200:8, compiled on COUNT simulated CPU devices)")
     co.add_argument("--devices", type=int, default=None, help="GPU targets: number of GPUs (simulated devices)")
     co.add_argument("--only", action="append", default=None, help="compile only programs whose name starts so")
+    co.add_argument("--estimate", action="store_true",
+                    help="eval configs: print the whole run's roofline (generated tokens, hours) and compile nothing")
     co.add_argument("--whole-operators", action="store_true",
                     help="eval configs: also compile each operator's whole program (slow; its calls are always compiled)")
     co.add_argument("--json", action="store_true", help="last line: one JSON object")
@@ -149,6 +151,12 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
 
         jax.config.update("jax_num_cpu_devices", max(target.devices, 1))
     try:
+        if args.estimate:
+            if config.get("operators") is None:
+                raise ValueError("--estimate applies to eval configs (a config with `operators`)")
+            print(f"{args.config} on {target.label} (roofline estimate, nothing compiled):")
+            print(report.estimate_table(config, target))
+            return 0
         rows = report.compile_all(config, target, args.only, args.whole_operators)
     except (ValueError, RuntimeError) as e:  # mesh vs topology, missing libtpu, context overflow
         print(f"ERROR {args.config} on {target.label}: {e}", file=sys.stderr)

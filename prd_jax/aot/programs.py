@@ -270,6 +270,50 @@ def largest_budgets(specs: list) -> list:
     return list(best.values())
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalEstimate:
+    """Whole-eval roofline: per operator, generated tokens (every row runs to its budget: an
+    upper bound) and seconds (`estimate.sampler_seconds` summed over its calls), both times
+    the number of (problem batch, sample) runs."""
+
+    operator: str
+    generated_tokens: float
+    seconds: float
+
+
+def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
+    """Roofline estimate of an eval config, one row per operator (traced calls, nothing compiled).
+
+    A tournament's judge batches run in one `lax.while_loop` and are traced once, so pairwise
+    judge calls count one batch per tournament (an underestimate of the judge share)."""
+    from prd_jax.evaluate import build_spec
+
+    runs = -(-config.num_problems // config.batch_size) * config.k_samples
+    m = mesh3(mesh)
+    out = []
+    for spec in [build_spec(dict(e)) for e in config.operators]:
+        calls = [c for c in _eval_calls(config, cfg, mesh, tokenizer, spec) if not c.name.endswith(".logits")]
+        tokens = sum(c.shape().rows * c.shape().gen_len for c in calls)
+        secs = sum(E.sampler_seconds(cfg, c.shape(), m, chip) for c in calls)
+        out.append(EvalEstimate(spec.label, tokens * runs, secs * runs))
+    return out
+
+
+def _eval_context(config, tokenizer, spec):
+    """The operator context eval builds for `spec` (templates, sampling, row cap)."""
+    from prd_jax.evaluate import _context, _k_max
+    from prd_jax.operators.specs import Sampling
+
+    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
+                        config.get("max_rows_per_call", 0))
+    return _context(tokenizer, sampling, getattr(spec, "kappa", None), _k_max(spec), config.get("templates", "default"))
+
+
+def _eval_calls(config, cfg, mesh, tokenizer, spec) -> List[SamplerCall]:
+    return operator_calls(cfg, mesh, spec, _eval_context(config, tokenizer, spec),
+                          (config.batch_size, config.max_problem_tokens), tokenizer.pad_id)
+
+
 def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = False) -> List[Program]:
     """Each distinct sampler call of the config's operators (at the largest budget of each
     group, `largest_budgets`) and, with `whole_operators`, each operator's whole program.
@@ -277,18 +321,14 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
     The whole programs are off by default: they run the same calls one after another, and on
     a 2-core host the 2-call operator-RL round of Qwen3-8B took 7-10 minutes to compile (it
     measured 32.6 GB per v5p chip against 31.6 GB for its largest call)."""
-    from prd_jax.evaluate import _context, _k_max, build_spec
-    from prd_jax.operators.specs import Sampling
+    from prd_jax.evaluate import build_spec
 
-    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
-                        config.get("max_rows_per_call", 0))
     shape = (config.batch_size, config.max_problem_tokens)
     progs, all_calls = [], []
     for spec in largest_budgets([build_spec(dict(e)) for e in config.operators]):
-        ctx = _context(tokenizer, sampling, getattr(spec, "kappa", None), _k_max(spec),
-                       config.get("templates", "default"))
-        calls = operator_calls(cfg, mesh, spec, ctx, shape, tokenizer.pad_id)
+        calls = _eval_calls(config, cfg, mesh, tokenizer, spec)
         if whole_operators:
+            ctx = _eval_context(config, tokenizer, spec)
             progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id,
                                           calls, chip))
         all_calls += calls

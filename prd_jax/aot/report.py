@@ -123,6 +123,20 @@ def build(config, target: Target, whole_operators: bool = False):
     return mesh, progs, tok_label
 
 
+def estimate_table(config, target: Target) -> str:
+    """The whole-eval roofline (`programs.eval_estimates`) as a table, with a total line."""
+    from prd_jax.aot import programs as PG
+    from prd_jax.mesh import make_mesh
+
+    mesh = make_mesh(config.get("mesh") or None, target_devices(target))
+    tok, _ = tokenizer_for(config)
+    rows = PG.eval_estimates(config, PG.model_config(config), mesh, tok, target.chip)
+    lines = ["| operator | generated tokens (upper bound) | roofline hours |", "|---|---|---|"]
+    lines += [f"| {r.operator} | {r.generated_tokens:.3g} | {r.seconds / 3600:.2f} |" for r in rows]
+    lines.append(f"| total | {sum(r.generated_tokens for r in rows):.3g} | {sum(r.seconds for r in rows) / 3600:.2f} |")
+    return "\n".join(lines)
+
+
 def compile_all(config, target: Target, only: Optional[List[str]] = None, whole_operators: bool = False) -> List[Row]:
     _, progs, tok_label = build(config, target, whole_operators)
     log.info("tokenizer for template lengths: %s", tok_label)

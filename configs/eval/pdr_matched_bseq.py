@@ -1,0 +1,48 @@
+"""PDR paper Fig. 3 / Table 1 (arXiv 2510.01123 §4.1): Long-CoT, SR and PDR at matched B_seq.
+
+Qwen3-8B on AIME 2024 (`--config.dataset=aime2025` for the other half), mean@16, T = 1.0.
+B_seq counts the tokens generated on the accepted path (§3.1), so the comparison is made
+by reading accuracy off B_seq, not off the per-call budget:
+- Long-CoT at 8k / 16k / 24k / 32k generated tokens brackets the B_seq of the iterative
+  operators (at most 3 x 8k plus the selector's rating calls);
+- SR, 2 refinement rounds of 8k, with and without error analysis (Table 1's two SR rows);
+- PDR (8, 4, 1) and (16, 8, 4, 1), shared top-2 ranked by the model itself
+  (`self_pointwise`, 1k-token rating budget), and (8, 4, 1) with a global summary.
+Per-call budget 8k everywhere; 32k of Long-CoT plus a 1k problem stays under Qwen3-8B's
+40,960 positions. The paper's exact budget grid is not restated here; these are ours.
+
+The arg names the pod (mesh, batch, decode-row cap and `prd-jax compile` target), as in
+configs/eval/aime_pdr_sweep.py.
+
+Command to run:
+    prd-jax compile --config configs/eval/pdr_matched_bseq.py:v5p-128
+    prd-jax eval --config configs/eval/pdr_matched_bseq.py:v5p-128 --workdir gs://BUCKET/pdr_fig3 \\
+        --config.model_path=/ckpts/Qwen3-8B
+Runtime ESTIMATE (roofline, not measured): ~2.5e8 generated tokens for 30 problems x 16
+samples; about 6 h on a v5p-128, 20 h on 8xH200.
+Expected (paper): PDR above Long-CoT at matched B_seq, SR between them.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+BUDGET = 8192
+CAND = dict(candidate_max_tokens=4096, truncation_head=1024)
+RANKER = dict(selector="self_pointwise", judge=dict(domain="math", max_new_tokens=1024))
+
+
+def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/eval/pdr_matched_bseq.py: arg {arg!r} unknown; allowed: {ARGS}")
+    c = load_config(f"{os.path.join(HERE, 'aime_pdr_sweep.py')}:{arg}")  # pod, data, sampling
+    ops = [dict(type="long_cot", max_new_tokens=b) for b in (BUDGET, 2 * BUDGET, 3 * BUDGET, 4 * BUDGET)]
+    ops += [dict(type="sr", rounds=2, error_analysis=ea, max_new_tokens=BUDGET, **CAND) for ea in (False, True)]
+    ops += [dict(type="pdr", schedule=s, distill="shared_topk", k=2, max_new_tokens=BUDGET, **CAND, **RANKER)
+            for s in ((8, 4, 1), (16, 8, 4, 1))]
+    ops.append(dict(type="pdr", schedule=(8, 4, 1), distill="global_summary", kappa=2048, max_new_tokens=BUDGET,
+                    **CAND))
+    c.operators = ops
+    return c

@@ -1,0 +1,34 @@
+"""V1 paper (arXiv 2603.04304 §4): how the pairs are chosen. Swiss (uncertainty-guided,
+`pairwise_v1`) against random disjoint pairing (`random`) at m = 1, 2, 3 judge calls per
+candidate, and round-robin (all C(16, 2) = 120 pairs, 7.5 calls per candidate) as the
+exhaustive reference.
+
+Qwen3-8B, AIME 2024, N = 16 candidates of up to 16k tokens, judges reason for up to 4k.
+Round-robin's budget is fixed by N; it is run once, not at 1x/2x/3x.
+
+Command to run:
+    prd-jax compile --config configs/eval/v1_pairing_ablation.py:v5p-128
+    prd-jax eval --config configs/eval/v1_pairing_ablation.py:v5p-128 --workdir gs://BUCKET/v1_pairing \\
+        --config.model_path=/ckpts/Qwen3-8B
+Runtime: `prd-jax compile --estimate` gives the roofline (see the README's paper-config table).
+Expected (paper): Swiss above random pairing at each m, approaching round-robin by m = 3.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+COMMON = dict(type="best_of_n", n=16, max_new_tokens=16384, candidate_max_tokens=8192, truncation_head=2048)
+JUDGE = dict(domain="math", max_new_tokens=4096)
+
+
+def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/eval/v1_pairing_ablation.py: arg {arg!r} unknown; allowed: {ARGS}")
+    c = load_config(f"{os.path.join(HERE, 'v1_best_of_n.py')}:{arg}")  # pod, data, sampling (top-p 0.95)
+    c.operators = [dict(COMMON, selector=s, judge=dict(JUDGE, budget_multiple=m))
+                   for m in (1, 2, 3) for s in ("pairwise_v1", "random")]
+    c.operators.append(dict(COMMON, selector="round_robin", judge=JUDGE))
+    return c

@@ -1,0 +1,38 @@
+"""V1 paper (arXiv 2603.04304 §4, V1-Infer): pointwise against pairwise best-of-N at a matched
+number of model calls.
+
+Qwen3-8B, AIME 2024, 16k generated tokens per candidate, judges reason for up to 4k tokens:
+- pointwise at N = 32: 32 candidates + 32 rating calls = 64 calls per problem;
+- pairwise_v1 (Swiss tournament) at N = 16 with m = 3: 16 candidates + 48 judge calls = 64;
+- pairwise_v1 at N = 16, m = 1, and pointwise at N = 16 (the unmatched reference points).
+Calls, not tokens, are matched (as the paper's budget is counted in verifier calls); the
+B_total column of the results shows the token cost of each.
+
+Command to run:
+    prd-jax compile --config configs/eval/v1_pointwise_vs_pairwise.py:v5p-128
+    prd-jax eval --config configs/eval/v1_pointwise_vs_pairwise.py:v5p-128 --workdir gs://BUCKET/v1_pw \\
+        --config.model_path=/ckpts/Qwen3-8B
+Runtime: `prd-jax compile --estimate` gives the roofline (a lower bound on wall time; see
+the README's paper-config table).
+Expected (paper): pairwise above pointwise at matched calls.
+"""
+
+import os
+
+from prd_jax.config_io import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("v5p-128", "8xh200")
+COMMON = dict(type="best_of_n", max_new_tokens=16384, candidate_max_tokens=8192, truncation_head=2048)
+JUDGE = dict(domain="math", max_new_tokens=4096)
+
+
+def get_config(arg=None):
+    if arg not in ARGS:
+        raise ValueError(f"configs/eval/v1_pointwise_vs_pairwise.py: arg {arg!r} unknown; allowed: {ARGS}")
+    c = load_config(f"{os.path.join(HERE, 'v1_best_of_n.py')}:{arg}")  # pod, data, sampling (top-p 0.95)
+    c.operators = [dict(COMMON, n=32, selector="pointwise", judge=JUDGE),
+                   dict(COMMON, n=16, selector="pairwise_v1", judge=dict(JUDGE, budget_multiple=3)),
+                   dict(COMMON, n=16, selector="pairwise_v1", judge=JUDGE),
+                   dict(COMMON, n=16, selector="pointwise", judge=JUDGE)]
+    return c
