@@ -56,12 +56,16 @@ def build_spec(entry: dict):
 
 
 RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
-                "templates")
+                "templates", "enable_thinking")
 
 
 def model_overrides(config) -> dict:
-    """ModelConfig overrides an eval config asks for: `dtype` (the paper configs compute in bf16)."""
-    return {"dtype": config.dtype} if config.get("dtype") else {}
+    """ModelConfig overrides an eval config asks for: `dtype` (the paper configs compute in bf16)
+    and `enable_thinking` (the chat template's thinking switch; unset: the template's default)."""
+    out = {"dtype": config.dtype} if config.get("dtype") else {}
+    if config.get("enable_thinking") is not None:
+        out["enable_thinking"] = config.enable_thinking
+    return out
 
 
 def check_settings(config, workdir: str) -> None:
@@ -242,7 +246,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
         model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))
     tok = model.tokenizer
-    lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh)
+    lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids,
                         config.get("max_rows_per_call", 0))
     results_path = os.path.join(workdir, "results.jsonl")

@@ -177,7 +177,7 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
         return _generate_rows(cfg, params, prompts, prompt_lengths, prompt_keys, max_new, scfg,
                               gen_len=gen_len, pad_id=pad_id, fanout=fanout, mesh=mesh)
     batch = prompts.shape[0]
-    split = lambda x: x.reshape(batch // chunks, chunks, *x.shape[1:]).swapaxes(0, 1)  # [C, B/C, ...]
+    split = lambda x: _split_rows(x, chunks)
     one = lambda xs: _generate_rows(cfg, params, *xs, max_new, scfg, gen_len=gen_len, pad_id=pad_id,
                                     fanout=fanout, mesh=mesh)
     out = jax.lax.map(one, (split(prompts), split(prompt_lengths), split(prompt_keys)))
@@ -188,6 +188,26 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
         return x.reshape(batch * m, *x.shape[3:])
 
     return jax.tree.map(merge, out)
+
+
+def _split_rows(x: Array, chunks: int) -> Array:
+    """`[B, ...]` -> `[C, B/C, ...]`, chunk c holding rows c, c + C, ... (a local re-layout)."""
+    return x.reshape(x.shape[0] // chunks, chunks, *x.shape[1:]).swapaxes(0, 1)
+
+
+def next_logits(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, *, max_rows: int = 0,
+                mesh: Optional[Mesh] = None) -> Array:
+    """fp32 next-token logits `[B, V]` after left-padded prompts `[B, P]` (a prefill whose cache
+    is dropped), run as sequential row chunks of at most `max_rows` rows like `generate`, so
+    a judge's rating read over thousands of rows holds one chunk's cache at a time."""
+    multiple = 1 if mesh is None else batch_size_multiple(mesh)
+    batch, plen = prompts.shape
+    chunks = row_chunks(batch, 1, max_rows, multiple)
+    one = lambda xs: prefill(cfg, params, *xs, plen, mesh=mesh)[0]
+    if chunks == 1:
+        return one((prompts, prompt_lengths))
+    out = jax.lax.map(one, (_split_rows(prompts, chunks), _split_rows(prompt_lengths, chunks)))
+    return out.swapaxes(0, 1).reshape(batch, -1)
 
 
 def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,

@@ -98,6 +98,10 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
     assert calls["pdr.refine"].prompt_len == stated(r"Refine prompt: (\d+) tokens")
     assert calls["pdr.refine"].prompt_len + 16384 == stated(r"16384 generated: ([\d,]+) positions")
     assert calls["pdr.refine"].prompt_len + 16384 <= cfg.max_position
+    assert calls["judge.pointwise"].prompt_len == stated(r"Judge prompt: (\d+) tokens")
+    assert calls["judge.pointwise"].prompts == 512 * 4  # one rating call per draft
+    # the forced-rating read runs over every judge row, chunked like the sampler
+    assert calls["judge.rating.logits"].scfg.max_rows == stage.rl.max_rows_per_call
     assert refine_row == stated(r"training row is (\d+) wide")
     assert stage.width == stated(r"under the standard rows' (\d+)") == 10240 + 16384 - 1
 
@@ -112,3 +116,26 @@ def test_largest_budgets_keeps_one_spec_per_group():
     kept = largest_budgets(specs)
     assert kept == [LongCoT(max_new_tokens=32), PDR(schedule=(4, 1), k=2, max_new_tokens=64),
                     PDR(schedule=(8, 1), k=2, max_new_tokens=8)]
+
+
+def test_eval_estimate_counts_every_budgeted_call():
+    """`prd-jax compile --estimate`: generated tokens by hand, tournament judge calls included."""
+    import jax
+
+    from prd_jax.aot import programs as PG
+    from prd_jax.aot.report import tokenizer_for
+    from prd_jax.mesh import make_mesh
+
+    config = load_config(os.path.join(ROOT, "configs/eval/v1_best_of_n.py:smoke"))  # 2 problems, batch 2, k=1
+    judge = dict(max_new_tokens=16, budget_multiple=2)
+    config.operators = [dict(type="best_of_n", n=4, selector="pairwise_v1", max_new_tokens=48, candidate_max_tokens=48,
+                             truncation_head=12, judge=judge),
+                        dict(type="best_of_n", n=4, selector="round_robin", max_new_tokens=48,
+                             candidate_max_tokens=48, truncation_head=12, judge=judge),
+                        dict(type="long_cot", max_new_tokens=48)]
+    tok, _ = tokenizer_for(config)
+    rows = PG.eval_estimates(config, PG.model_config(config), make_mesh("data=1", jax.devices()[:1]), tok,
+                             CHIPS["h200"])
+    # per problem: 4 drafts x 48, plus the judge budget x 16 (Swiss: m N = 8 calls; round robin: C(4, 2) = 6)
+    assert [r.generated_tokens for r in rows] == [2 * (4 * 48 + 8 * 16), 2 * (4 * 48 + 6 * 16), 2 * 48]
+    assert all(r.seconds > 0 for r in rows) and rows[0].seconds > rows[1].seconds

@@ -64,7 +64,7 @@ def test_discovery_finds_every_kind():
     for expected in ("configs/sft/qwen3_8b.py", "configs/sft/llama31_8b.py", "configs/rl/qwen3_8b.py",
                      "configs/rl/llama31_8b.py"):
         assert expected in names
-    assert len(PAPER) == 18  # 9 paper-scale train configs x 2 hardware args
+    assert len(PAPER) == 22  # 11 paper-scale train configs x 2 hardware args
 
 
 @pytest.mark.parametrize("path,arg", CASES, ids=[f"{_rel(p)}:{a}" for p, a in CASES])
@@ -112,28 +112,32 @@ def test_paper_numbers(path, arg):
     c = _load(path, arg)
     o = c.model.overrides
     assert (o.dtype, o.param_dtype, o.remat) == ("bfloat16", "float32", True)
-    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b")
+    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b-instruct-2507")
     if c.stage == "sft":
         assert c.model.init == "pretrained" and c.data.source == "jsonl"
         assert c.data.seq_len == 16384
         assert c.optim.learning_rate == 1e-5 and c.optim.warmup_steps > 0
         assert c.grad_accum_steps > 1
-    elif RLConfig.from_config(c).verifier != "none":  # V1 PairRL / PointRL (arXiv 2603.04304 §5)
+    elif "qwen3_4b" in os.path.basename(path):  # V1 PairRL / PointRL and their RL baseline (V1 §5)
         rl = RLConfig.from_config(c)
         assert (rl.advantage, rl.loss, rl.eps_low, rl.eps_high, rl.kl_coef) == ("dr_grpo", "ppo", 0.2, 0.28, 0.0)
-        assert (rl.verifier_coef, rl.verifier_threshold, rl.prompts_per_step) == (1.0, 0.2, 64)
+        assert rl.aggregation == "seq_mean_token_sum_norm" and rl.minibatches > 1  # Dr.GRPO; the clip acts
+        assert rl.prompts_per_step == 64 and c.model.name == "qwen3-4b-instruct-2507"
+        if rl.verifier != "none":
+            assert (rl.verifier_coef, rl.verifier_threshold, rl.verifier_baseline) == (1.0, 0.2, "group")
         assert c.optim.learning_rate == 1e-6 and c.model.init == "pretrained"
     else:
         rl = RLConfig.from_config(c)
         assert rl.prompts_per_step * rl.samples_per_prompt == 1024
         assert (rl.samples_per_prompt, rl.max_new_tokens, rl.max_prompt_tokens) == (32, 16384, 10240)
         assert (rl.temperature, rl.top_p, rl.loss, rl.aux_sft_coef) == (1.0, 1.0, "cispo", 0.1)
-        assert c.optim.learning_rate == 1e-6
+        assert (c.optim.learning_rate, c.steps) == (5e-7, 800)  # PDR App. B.3
         assert c.model.init == "checkpoint"
         base = os.path.basename(path).replace("_continual_pdr", "").replace("_baseline", "").replace("_pdr", "")
         sft = load_config(os.path.join(ROOT, "configs", "sft", base) + f":{arg}")
         if "_pdr" in path:  # operator RL: half the prompts roll out the PDR round (paper §4.2)
             assert rl.operator_fraction == 0.5 and rl.operator.schedule == (4, 1) and rl.operator.k == 2
+            assert rl.operator.selector in ("self_pointwise", "pairwise_v1")  # ranked top-k, not random-k
         assert (c.model.name, c.mesh) == (sft.model.name, sft.mesh)
 
 

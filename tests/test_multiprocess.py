@@ -9,7 +9,9 @@ by the assertions through module fixtures; every run is 2-3 steps of a 1-layer m
 - continual PDR-RL (configs/rl/tiny_continual_pdr.py) from the PairRL run: the baseline check
   reads config.json, params come from its checkpoint, then operator rollouts only (PDR rounds
   through `runner.run_operator`; standard rollouts are PairRL's);
-- `prd-jax eval` of a tiny random HF-format model: results.jsonl is written once, by process 0.
+- `prd-jax eval` of a tiny random HF-format model: results.jsonl is written once, by process 0;
+  its operators include two with host callbacks inside the compiled program (the Swiss
+  tournament's pairing and majority vote's answer ids).
 
 Rows are multiples of the 4 devices, so sampler and operator outputs are sharded across the
 two processes: reading them without `host.to_host` raises there. Tiny models are rarely right,
@@ -199,7 +201,12 @@ def get_config(arg=None):
     c.model, c.model_path, c.mesh = "tiny", {model!r}, "data=4"
     c.num_problems, c.batch_size, c.k_samples = 3, 4, 2
     c.operators = [dict(type="pdr", schedule=(2, 1), distill="shared_topk", k=2, selector="random",
-                        max_new_tokens=8, candidate_max_tokens=8, truncation_head=2, kappa=8)]
+                        max_new_tokens=8, candidate_max_tokens=8, truncation_head=2, kappa=8),
+                   # host callbacks inside the program: the Swiss tournament's pairing and majority's answer ids
+                   dict(type="best_of_n", n=4, selector="pairwise_v1", max_new_tokens=8, candidate_max_tokens=8,
+                        truncation_head=2, judge=dict(max_new_tokens=4)),
+                   dict(type="best_of_n", n=4, selector="majority", max_new_tokens=8, candidate_max_tokens=8,
+                        truncation_head=2)]
     return c
 '''
 
@@ -214,7 +221,9 @@ def test_eval_results_written_once_and_equal_single_process(tmp, tiny_hf_model):
             files[name] = (fa.read(), fb.read())
         assert files[name][0] == files[name][1], name
     rows = [json.loads(line) for line in files["results.jsonl"][0].splitlines()]
-    assert len(rows) == 3 * 2  # problems x samples: once, not once per process
+    assert len(rows) == 3 * 2 * 3  # problems x samples x operators: once, not once per process
+    judged = [r for r in rows if "pairwise_v1" in r["operator"]]
+    assert all(sum(c["name"] == "judge" for c in r["calls"]) >= 2 for r in judged)  # the tournament ran
     assert len({(r["problem_id"], r["operator"], r["sample"]) for r in rows}) == len(rows)
     assert len({r["completion"] for r in rows}) > 1  # sampled: rows differ
 

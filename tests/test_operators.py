@@ -187,7 +187,8 @@ def test_oracle_correct_admits_exactly_the_correct_candidate():
     res, _, _ = run(pdr_spec("shared_topk", "oracle_correct", k=2))
     ws = workspace(res)
     # round-2 outputs are refine samples m=0,1 -> tokens 100, 101: neither correct, so the
-    # final workspace is empty; the round-1 workspace held only draft 3
+    # final workspace is empty and the final call's parent is round 2's latency-bound call
+    # (equal lengths: call 0), whose workspace held only draft 3
     assert ws == []
     accepted_drafts = np.asarray(res.calls.accepted[0, :4])
     assert accepted_drafts.tolist() == [False, False, False, True]

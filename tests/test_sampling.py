@@ -186,6 +186,21 @@ def test_row_chunked_sampling_equals_one_call(tiny, sampler, num_samples, max_ro
     np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
 
 
+def test_row_chunked_next_logits_equal_the_uncached_forward(tiny):
+    """The judge's rating read in row chunks: each row's logits equal its own uncached forward."""
+    from prd_jax.sampling import next_logits
+
+    cfg, params = tiny
+    prompts = PROMPTS + [[9, 9, 1], [44], [3, 1, 4, 1, 5, 9]]
+    width = max(map(len, prompts))
+    left = jnp.asarray([[0] * (width - len(p)) + p for p in prompts])
+    lengths = jnp.asarray([len(p) for p in prompts])
+    chunked = jax.jit(lambda t, n: next_logits(cfg, params, t, n, max_rows=2))(left, lengths)
+    for i, p in enumerate(prompts):
+        ref = forward(cfg, params, jnp.asarray([p]), jnp.arange(len(p))[None])[0][0, -1]
+        np.testing.assert_allclose(chunked[i], ref, atol=2e-5, rtol=1e-5)
+
+
 def test_blocked_prefill_attention_equals_dense(tiny):
     """Query blocks of prefill attention give the dense masked attention over the prompt."""
     from prd_jax.model.decoder import prefill_attention

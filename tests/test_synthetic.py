@@ -204,7 +204,7 @@ def test_char_vocab_encodes_every_template_character():
 
     v = S.CharVocab()
     templates = [t for group in prompts.TEMPLATE_SETS.values() for t in group]
-    assert len(templates) == 22
+    assert len(templates) == 24
     for t in templates:
         assert v.unknown_chars(t.user + t.assistant_prefix + t.candidate_header + t.candidate_footer) == [], t.name
 

@@ -125,12 +125,16 @@ def test_rl_loss_on_policy_cispo_equals_advantage_weighted_nll():
                                      b["targets"]))
     adv = np.array([1.0, -1.0, 0.5, 0.0], np.float32)
     batch = dict(b, old_logp=logp, ref_logp=logp, advantages=adv, correct=np.array([1, 0, 1, 0], np.float32))
-    rl = RLConfig(aux_sft_coef=0.1)
-    total, count, metrics = rl_loss_fn(CFG, None, rl)(params, batch)
     w = b["weights"]
-    expected = -(adv[:, None] * logp * w).sum() + 0.1 * (-(logp * w)[[0, 2]]).sum()
-    assert abs(float(total) - expected) < 1e-3 and float(count) == w.sum()
-    assert abs(float(metrics["ratio"][0] / metrics["ratio"][1]) - 1.0) < 1e-6
+    correct_nll = (-(logp * w)[[0, 2]]).sum()
+    # aux normaliser "policy": the SFT sum shares the policy loss's denominator (all tokens);
+    # "correct_token_mean" (default): after that one division it is the mean over correct tokens
+    for normaliser, aux in (("policy", correct_nll), ("correct_token_mean", correct_nll * w.sum() / w[[0, 2]].sum())):
+        rl = RLConfig(aux_sft_coef=0.1, aux_sft_normaliser=normaliser)
+        total, count, metrics = rl_loss_fn(CFG, None, rl)(params, batch)
+        expected = -(adv[:, None] * logp * w).sum() + 0.1 * aux
+        assert abs(float(total) - expected) < 1e-3 and float(count) == w.sum()
+        assert abs(float(metrics["ratio"][0] / metrics["ratio"][1]) - 1.0) < 1e-6
 
 
 @pytest.mark.parametrize("overrides,message", [

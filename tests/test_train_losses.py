@@ -113,6 +113,8 @@ def test_two_halves_sum_to_full_batch_mean(mode):
     w = (np.arange(6)[None, :] < lengths[:, None]).astype(F32)
     if mode == "token_mean":
         want = (x * w).sum() / w.sum()
+    elif mode == "seq_mean_token_sum_norm":  # Dr. GRPO: 3 live sequences x the row width 6
+        want = (x * w).sum() / (3 * 6)
     else:
         want = np.mean([(x[b] * w[b]).sum() / w[b].sum() for b in range(3)])
     s1, c1 = losses.aggregate(jnp.asarray(x[:2]), jnp.asarray(w[:2]), mode)
@@ -143,7 +145,12 @@ def test_policy_loss_values_by_hand():
     s, _, m = _policy(new, old, [-1.0], w, kind="ppo", eps_low=0.2, eps_high=0.28)
     np.testing.assert_allclose(float(s), 0.8 + 1.0 + 2.0, rtol=1e-6)  # max(r, clip(r)) with A=-1
     np.testing.assert_allclose(float(m["clip_fraction"][0]), 1.0)
+    # CISPO clips the IS weight from above only: r = 0.5 keeps weight 0.5 (MiniMax-M1 §3.1) ...
     s, _, m = _policy(new, old, [2.0], w, kind="cispo", eps_low=0.2, eps_high=0.28)
+    np.testing.assert_allclose(float(s), -2.0 * (0.5 * math.log(0.5) + 1.28 * math.log(2.0)), rtol=1e-6)
+    np.testing.assert_allclose(float(m["clip_fraction"][0]), 1.0)
+    # ... unless the lower bound is asked for: then 0.5 -> 0.8 and both ends count as clipped.
+    s, _, m = _policy(new, old, [2.0], w, kind="cispo", eps_low=0.2, eps_high=0.28, cispo_lower_clip=True)
     np.testing.assert_allclose(float(s), -2.0 * (0.8 * math.log(0.5) + 1.28 * math.log(2.0)), rtol=1e-6)
     np.testing.assert_allclose(float(m["clip_fraction"][0]), 2.0)
 
@@ -187,17 +194,34 @@ def _random_batch(seed):
     return new, old, adv, w
 
 
-def test_cispo_gradient_matches_closed_form():
+@pytest.mark.parametrize("lower_clip", [False, True])
+def test_cispo_gradient_matches_closed_form(lower_clip):
     new, old, adv, w = _random_batch(2)
     r = np.exp(new.astype(np.float64) - old)
-    clipped = np.clip(r, 0.8, 1.28)
-    assert ((r > 1.28) | (r < 0.8)).any()  # the batch exercises clipping
-    got = _grad_new(new, old, adv, w, kind="cispo", eps_low=0.2, eps_high=0.28)
+    clipped = np.clip(r, 0.8 if lower_clip else -np.inf, 1.28)
+    assert (r > 1.28).any() and ((r < 0.8) & (w > 0)).any()  # the batch exercises both bounds
+    kw = dict(kind="cispo", eps_low=0.2, eps_high=0.28, cispo_lower_clip=lower_clip)
+    got = _grad_new(new, old, adv, w, **kw)
     np.testing.assert_allclose(got, -clipped * adv[:, None] * w / w.sum(), rtol=1e-5, atol=1e-7)
-    got = _grad_new(new, old, adv, w, kind="cispo", eps_low=0.2, eps_high=0.28,
-                    aggregation="seq_mean_token_mean")
+    got = _grad_new(new, old, adv, w, aggregation="seq_mean_token_mean", **kw)
     want = -clipped * adv[:, None] * w / w.sum(1, keepdims=True) / 4
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    _, _, m = _policy(new, old, adv, w, **kw)
+    is_clipped = (r > 1.28) | ((r < 0.8) & lower_clip)
+    np.testing.assert_allclose(float(m["clip_fraction"][0]), (w * is_clipped).sum(), rtol=1e-5)
+
+
+def test_cispo_ratio_below_one_minus_eps_low_by_hand():
+    # One token, A = -1, r = 0.5 < 1 - eps_low = 0.8: loss -w A new_logp, d/dnew = -w A.
+    new, old, w = np.array([[math.log(0.5)]], F32), np.zeros((1, 1), F32), np.ones((1, 1), F32)
+    for lower_clip, weight, frac in [(False, 0.5, 0.0), (True, 0.8, 1.0)]:
+        kw = dict(kind="cispo", eps_low=0.2, eps_high=0.28, cispo_lower_clip=lower_clip)
+        s, c, m = _policy(new, old, [-1.0], w, **kw)
+        np.testing.assert_allclose(float(s), weight * math.log(0.5), rtol=1e-6)
+        np.testing.assert_allclose(_grad_new(new, old, [-1.0], w, **kw), [[weight]], rtol=1e-6)
+        assert float(m["clip_fraction"][0]) == frac
+    # PPO is two-sided whatever CISPO does: A < 0, r < 0.8 -> clipped, no gradient.
+    np.testing.assert_allclose(_grad_new(new, old, [-1.0], w, kind="ppo", eps_low=0.2, eps_high=0.28), [[0.0]])
 
 
 def test_ppo_gradient_is_zero_on_clipped_tokens():
@@ -224,6 +248,8 @@ def test_policy_loss_rejects_bad_arguments():
         _policy(new, old, adv[:3], w)
     with pytest.raises(ValueError, match="weights"):
         _policy(new, old, adv, w[:, :3])
+    with pytest.raises(ValueError, match="cispo_lower_clip=True needs kind='cispo'.*'ppo'"):
+        _policy(new, old, adv, w, kind="ppo", cispo_lower_clip=True)
 
 
 # ---------------------------------------------------------------- KL and SFT
@@ -247,6 +273,85 @@ def test_sft_loss_and_aux_weights():
     np.testing.assert_array_equal(aux, [[0, 1, 1], [0, 0, 0], [1, 1, 0]])
     s, c = losses.sft_loss(logp, aux)
     assert (float(s), float(c)) == (6.0, 4.0)
+
+
+# The auxiliary SFT term on correct rollouts, by hand. Completion tokens: row 0 has 2 (NLL 2 + 3),
+# row 1 has 1 (incorrect), row 2 has 2 (NLL 0.5 + 0.5): C = 4 correct tokens, NLL sum 6.
+AUX_LOGP = [[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0], [-0.5, -0.5, -0.5]]
+AUX_W = [[0.0, 1.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+AUX_CORRECT = [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("aggregation,normaliser,n,aux_sum,scale", [
+    # token_mean: N = 5 completion tokens. correct_token_mean: 6 x 5/4 -> / N = 6/4 = 1.5.
+    ("token_mean", "correct_token_mean", 5.0, 7.5, [1.25, 0.0, 1.25]),
+    ("token_mean", "policy", 5.0, 6.0, None),  # / N = 6/5: correct tokens over all tokens
+    # seq_mean_token_mean: N = 3 sequences. correct_token_mean: 6 x 3/4 -> / N = 1.5 again.
+    ("seq_mean_token_mean", "correct_token_mean", 3.0, 4.5, [0.75, 0.0, 0.75]),
+    ("seq_mean_token_mean", "policy", 3.0, 3.0, None),  # row means 2.5 + 0.5 -> / N = 1.0
+])
+def test_aux_sft_normalisers_by_hand(aggregation, normaliser, n, aux_sum, scale):
+    logp, w, correct = jnp.asarray(AUX_LOGP), jnp.asarray(AUX_W), jnp.asarray(AUX_CORRECT)
+    got, nll = losses.aux_sft_term(logp, w, correct, normaliser=normaliser, aggregation=aggregation)
+    np.testing.assert_allclose(float(got), aux_sum, rtol=1e-6)
+    assert (float(nll[0]), float(nll[1])) == (6.0, 4.0)  # metric: mean NLL of correct tokens 1.5
+    assert float(losses.aggregate(jnp.zeros_like(w), w, aggregation)[1]) == n  # the policy count
+    if scale is not None:
+        np.testing.assert_allclose(losses.aux_sft_scale(w, correct, aggregation), scale, rtol=1e-6)
+        np.testing.assert_allclose(float(got) / n, 1.5, rtol=1e-6)
+        # the same with the scale given (as RLStage would pass the global one)
+        given, _ = losses.aux_sft_term(logp, w, correct, normaliser=normaliser, aggregation=aggregation,
+                                       scale=jnp.asarray(scale))
+        np.testing.assert_allclose(float(given), aux_sum, rtol=1e-6)
+
+
+def test_aux_sft_scale_per_block_and_without_correct_rows():
+    w = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    # blocks [0, 1] and [2, 3]: N = 5, C = 2 -> 2.5; N = 4, C = 3 -> 4/3
+    np.testing.assert_allclose(losses.aux_sft_scale(w, jnp.array([1.0, 0.0, 0.0, 1.0]), blocks=2),
+                               [2.5, 0.0, 0.0, 4 / 3], rtol=1e-6)
+    np.testing.assert_allclose(losses.aux_sft_scale(w, jnp.array([1.0, 0.0, 0.0, 1.0])),
+                               [9 / 5, 0.0, 0.0, 9 / 5], rtol=1e-6)  # one block: N = 9, C = 5
+    np.testing.assert_allclose(losses.aux_sft_scale(w, jnp.array([0.0, 0.0, 0.0, 1.0]), blocks=2),
+                               [0.0, 0.0, 0.0, 4 / 3], rtol=1e-6)  # no correct token in block 0
+    with pytest.raises(ValueError, match="blocks=3"):
+        losses.aux_sft_scale(w, jnp.zeros(4), blocks=3)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_aux_sft_correct_token_mean_is_exact_under_accumulation(aggregation):
+    rng = np.random.default_rng(7)
+    logp = -rng.uniform(0.1, 3.0, size=(8, 6)).astype(F32)
+    lengths = np.array([6, 2, 5, 1, 4, 6, 3, 2])
+    w = (np.arange(6)[None, :] < lengths[:, None]).astype(F32)
+    correct = np.array([1, 0, 0, 0, 1, 1, 0, 1], F32)  # microbatches hold 2, 0, 1, 1 correct rows
+    want = (-logp * w * correct[:, None]).sum() / (w * correct[:, None]).sum()
+    scale = losses.aux_sft_scale(jnp.asarray(w), jnp.asarray(correct), aggregation)  # global
+    total = count = local_total = 0.0
+    for rows in np.split(np.arange(8), 4):
+        lp, wm, cm = jnp.asarray(logp[rows]), jnp.asarray(w[rows]), jnp.asarray(correct[rows])
+        s, _ = losses.aux_sft_term(lp, wm, cm, aggregation=aggregation, scale=scale[rows])
+        total += float(s)
+        count += float(losses.aggregate(jnp.zeros_like(wm), wm, aggregation)[1])
+        local_total += float(losses.aux_sft_term(lp, wm, cm, aggregation=aggregation)[0])
+    np.testing.assert_allclose(total / count, want, rtol=1e-5)
+    assert abs(local_total / count - want) > 1e-2  # per-microbatch scales would not give the mean
+
+    def term(lp):  # d/dlogp of the term after the division: -1/C on correct tokens
+        s, _ = losses.aux_sft_term(lp, jnp.asarray(w), jnp.asarray(correct), aggregation=aggregation, scale=scale)
+        return s / count
+    np.testing.assert_allclose(jax.grad(term)(jnp.asarray(logp)), -w * correct[:, None] / (w * correct[:, None]).sum(),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_aux_sft_rejects_bad_arguments():
+    logp, w = jnp.asarray(AUX_LOGP), jnp.asarray(AUX_W)
+    with pytest.raises(ValueError, match="'sum'.*correct_token_mean.*policy"):
+        losses.aux_sft_term(logp, w, jnp.ones(3), normaliser="sum")
+    with pytest.raises(ValueError, match="correct must have shape"):
+        losses.aux_sft_term(logp, w, jnp.ones(2))
+    with pytest.raises(ValueError, match="scale must have shape"):
+        losses.aux_sft_term(logp, w, jnp.ones(3), scale=jnp.ones(2))
 
 
 # ---------------------------------------------------------------- optimizer

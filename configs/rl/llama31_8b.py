@@ -2,11 +2,11 @@
 PDR paper's (arXiv 2510.01123) RL recipe, objective from §3.3 and setup from §4.2. Paper
 scale: pods only. Same recipe as configs/rl/qwen3_8b.py; only the model differs.
 
-From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1), 32
-rollouts per prompt, a global rollout batch of 1024 sequences (32 prompts x 32), a 16k
-thinking budget, temperature 1.0 and top-p 1.0, lr 1e-6. Our choices: group-normalised
-(GRPO) advantages, token-mean aggregation, importance-weight clip bounds 0.2 / 0.28 (project
-defaults), one on-policy update per batch, no KL term, 10 warmup steps, 200 steps.
+The recipe is the PDR paper's for Qwen3-8B (configs/rl/qwen3_8b.py, which says what is the
+paper's and what is ours): CISPO plus the auxiliary SFT term on correct rollouts (alpha =
+0.1), temperature 1.0 and top-p 1.0, App. B.3's learning rate 5e-7 for 800 steps; CISPO's
+importance weight clipped from above only (1 + eps_high = 1.28). Running it on Llama, and
+from the Instruct checkpoint (configs/sft/llama31_8b.py), is our choice.
 `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so operator RL
 (configs that roll out PDR) can share these shapes.
 
@@ -49,8 +49,8 @@ Expected (an ESTIMATE, not measured: no run at this scale has been made):
 - update: 1024 x 26623 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.5B +
   dense attention, x4/3 remat) = 3.2e18 FLOPs; at an assumed 35% of peak bf16, ~5 min
   on v5p-128 and ~2.5 min on 64 H200.
-- so ~15-25 min per step on v5p-128 (200 steps: ~2-3.5 days), ~9-15 min on 8 H200 nodes;
-  the reduced one-node batch: ~5-8 min per step.
+- so ~15-25 min per step on v5p-128 (800 steps: ~8-14 days), ~9-15 min on 8 H200 nodes
+  (800 steps: ~5-8 days); the reduced one-node batch: ~5-8 min per step.
 The update's memory analysis is logged at compile time (dense attention over 26.6k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128

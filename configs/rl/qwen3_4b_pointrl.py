@@ -1,10 +1,18 @@
-"""V1-PointRL (arXiv 2603.04304 §5 baseline): as configs/rl/qwen3_4b_pairrl.py, but each
-rollout is verified pointwise with the same threshold reward.
+"""V1-PointRL (arXiv 2603.04304 §5 baseline): as configs/rl/qwen3_4b_pairrl.py, but the policy
+verifies its rollouts pointwise with the same threshold reward, budget-matched to PairRL:
+the same verifier rows per step (4 of each prompt's 8 rollouts, drawn uniformly = PairRL's 4
+pairs) and the same verifier tokens (each pointwise row quotes one candidate of up to
+2 x 4096 tokens where a pair quotes two of 4096; both generate up to 4096). The matching is
+OURS: the paper does not state PointRL's budget in the text available to us.
+
+Hardware: as PairRL (v5p-128 or one 8xH200 node); rows = 64 x 8 + 64 x 4 = 768, the same
+grad_accum_steps.
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pointrl.py:8xh200 /ckpt/pointrl_qwen3_4b \\
-        --config.model.path=/data/Qwen3-4B --config.data.data_dir=/data/prd_data
-Reproduces: the V1 paper's PointRL baseline rows. Runtime: an ESTIMATE as for PairRL.
+        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
+Reproduces: the V1 paper's PointRL baseline rows. Runtime: an ESTIMATE as for PairRL (same
+rows and token budget per step).
 """
 
 import os
@@ -18,6 +26,6 @@ ARGS = ("v5p-128", "8xh200")
 def get_config(arg=None):
     c = load_config(f"{os.path.join(HERE, 'qwen3_4b_pairrl.py')}:{arg}")  # validates arg
     c.rl.verifier = "pointwise"
-    # rows = 64 x 8 generations + 512 pointwise verifications = 1024
-    c.grad_accum_steps = {"v5p-128": 64, "8xh200": 512}[arg]
+    c.rl.verifier_pointwise_per_prompt = c.rl.verifier_pairs_per_prompt  # PairRL's rows per prompt
+    c.rl.verifier_candidate_max_tokens = 2 * c.rl.verifier_candidate_max_tokens  # a pair's two slots
     return c

@@ -1,11 +1,18 @@
 """Baseline long-trace RL of the SFT'd Qwen3-8B with verifiable math rewards: the PDR paper's
-(arXiv 2510.01123) RL recipe, objective from §3.3 and setup from §4.2. Paper scale: pods only.
+(arXiv 2510.01123) RL recipe, objective from §3.3, setup from §4.2 and App. B.3. Paper scale:
+pods only. The PDR-RL configs (qwen3_8b_pdr.py, qwen3_8b_continual_pdr.py) and the baseline
+(qwen3_8b_baseline.py) all run this recipe.
 
-From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1), 32
-rollouts per prompt, a global rollout batch of 1024 sequences (32 prompts x 32), a 16k
-thinking budget, temperature 1.0 and top-p 1.0, lr 1e-6. Our choices: group-normalised
-(GRPO) advantages, token-mean aggregation, importance-weight clip bounds 0.2 / 0.28 (project
-defaults), one on-policy update per batch, no KL term, 10 warmup steps, 200 steps.
+From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1, §3.3),
+temperature 1.0 and top-p 1.0, and App. B.3's learning rate 5e-7 for 800 steps; the policy
+starts from the SFT stage, which starts from the base model Qwen3-8B-Base
+(configs/sft/qwen3_8b.py). Not stated in the paper as far as we found, so our choices: the batch
+(32 prompts x 32 rollouts = 1024 sequences), the 16k-token generation budget, group-
+normalised (GRPO) advantages, token-mean aggregation, one on-policy update per batch, no KL
+term, 10 warmup steps then a constant rate, and the aux SFT normaliser (mean over correct-
+rollout tokens, `rl.aux_sft_normaliser`, see `train.rl.RLConfig`). CISPO's importance
+weight is clipped from above only, at 1 + eps_high = 1.28 (MiniMax-M1, arXiv 2506.13585,
+§3.1; eps_high is our choice); eps_low = 0.2 acts only when rl.cispo_lower_clip is True.
 `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so operator RL
 (configs that roll out PDR) can share these shapes.
 
@@ -19,19 +26,20 @@ The arg picks the hardware, as in configs/sft/qwen3_8b.py (same mesh):
 Each update microbatch holds one sequence of 10240 + 16384 - 1 tokens per (data, fsdp)
 shard (grad_accum_steps = 1024 / (data * fsdp)).
 
-Command to run (after the SFT stage; model.path is still needed for the tokenizer):
+Command to run (after the SFT stage; model.path is still needed for the tokenizer: the SFT
+stage's, Qwen3-8B-Base):
     # v5p-128
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b.py:v5p-128 \\
         gs://BUCKET/rl_qwen3_8b --config.model.init_workdir=gs://BUCKET/sft_qwen3_8b \\
-        --config.model.path=/data/Qwen3-8B --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-8B-Base --config.data.data_dir=/data/prd_data
     # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
     sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b \\
         --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\
-        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B
+        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base
     # one 8xH200 node: only a reduced batch fits (64 sequences; NOT the paper setting)
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b_small \\
         --config.rl.prompts_per_step=2 --config.grad_accum_steps=32 \\
-        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B
+        --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base
 N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
 
 Why one node is not enough: the whole rollout batch is sampled in one compiled call, and
@@ -45,8 +53,8 @@ Expected (an ESTIMATE, not measured: no run at this scale has been made):
 - update: 1024 x 26623 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.6B +
   dense attention, x4/3 remat) = 3.4e18 FLOPs; at an assumed 35% of peak bf16, ~5.5 min
   on v5p-128 and ~2.5 min on 64 H200.
-- so ~15-25 min per step on v5p-128 (200 steps: ~2-3.5 days), ~9-15 min on 8 H200 nodes;
-  the reduced one-node batch: ~5-8 min per step.
+- so ~15-25 min per step on v5p-128 (800 steps: ~8-14 days), ~9-15 min on 8 H200 nodes
+  (800 steps: ~5-8 days); the reduced one-node batch: ~5-8 min per step.
 The update's memory analysis is logged at compile time (dense attention over 26.6k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
@@ -84,13 +92,14 @@ def get_config(arg=None):
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
         max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
-        aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1, updates_per_batch=1))
+        cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
+        aux_sft_normaliser="correct_token_mean", updates_per_batch=1))
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
     c.grad_accum_steps = GRAD_ACCUM[arg]
     c.optim = ml_collections.ConfigDict(dict(
-        learning_rate=1e-6, warmup_steps=10, decay_steps=0, schedule="constant", end_lr_fraction=1.0,
+        learning_rate=5e-7, warmup_steps=10, decay_steps=0, schedule="constant", end_lr_fraction=1.0,
         weight_decay=0.0, grad_clip_norm=1.0))
-    c.steps = 200
+    c.steps = 800  # App. B.3
     c.checkpoint_every = 10
     c.keep_checkpoints = 3
     c.eval_every = 0

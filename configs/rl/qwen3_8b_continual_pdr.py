@@ -1,11 +1,14 @@
 """Continual PDR-RL (arXiv 2510.01123 §4.2, Table 3 "continual" rows): start from the *baseline
 RL* checkpoint (configs/rl/qwen3_8b_baseline.py) and continue with the mixed 50/50
-standard + PDR-round objective of configs/rl/qwen3_8b_pdr.py.
+standard + PDR-round objective of configs/rl/qwen3_8b_pdr.py, all of it inherited: the
+self_pointwise-ranked top-2 workspace (its judge cost is stated there), CISPO + aux SFT and
+learning rate 5e-7 (App. B.3). The continual stage's length is not given separately in the
+paper as far as we found; we keep B.3's 800 steps (our choice).
 
 Command to run:
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b_continual_pdr.py:v5p-128 \\
         gs://BUCKET/rl_continual --config.model.init_workdir=gs://BUCKET/rl_baseline \\
-        --config.model.path=/data/Qwen3-8B
+        --config.model.path=/data/Qwen3-8B-Base
 Expected: as configs/rl/qwen3_8b_pdr.py per step (an ESTIMATE); the run refuses an
 init_workdir that is not a baseline RL run.
 """

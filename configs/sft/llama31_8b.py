@@ -1,6 +1,9 @@
 """SFT of pretrained Llama-3.1-8B-Instruct on long chat traces written by a stronger model:
 the SFT stage before RL in the PDR paper (arXiv 2510.01123, §3.3 and §4.2). Paper scale:
-pods only. Same recipe as configs/sft/qwen3_8b.py; only the model differs.
+pods only. Same recipe as configs/sft/qwen3_8b.py; only the model differs. The paper's SFT
+starts from a base model (Qwen3-8B-Base, App. B.3); starting Llama from its Instruct
+checkpoint, whose tokenizer carries the Llama-3.1 chat template, is our choice (point
+--config.model.path at a Llama-3.1-8B base copy to follow the paper's pattern).
 
 The arg picks the hardware and with it the mesh (`MESHES`) and the gradient accumulation:
   v5p-128  64 TPU v5p chips (JAX sees 64 devices, 16 hosts x 4): "data=1,fsdp=16,tensor=4"

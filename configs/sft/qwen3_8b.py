@@ -1,5 +1,12 @@
-"""SFT of pretrained Qwen3-8B on long chat traces written by a stronger model: the SFT stage
-before RL in the PDR paper (arXiv 2510.01123, §3.3 and §4.2). Paper scale: pods only.
+"""SFT of the pretrained base model Qwen3-8B-Base on long chat traces written by a stronger
+model: the SFT stage before RL in the PDR paper (arXiv 2510.01123, §3.3, §4.2 and App. B.3,
+which starts SFT from the base model, not the post-trained Qwen3-8B). Paper scale: pods only.
+
+Weights: `model.name="qwen3-8b"` is the architecture (prd_jax.model.config.NAMED_CONFIGS),
+shared by Qwen/Qwen3-8B-Base and Qwen/Qwen3-8B; which checkpoint is loaded is
+`model.path`, a local copy of the HF repo Qwen/Qwen3-8B-Base (the loader checks its
+config.json against the architecture). RL after this stage uses the same path for its
+tokenizer.
 
 The arg picks the hardware and with it the mesh (`MESHES`) and the gradient accumulation:
   v5p-128  64 TPU v5p chips (JAX sees 64 devices, 16 hosts x 4): "data=1,fsdp=16,tensor=4"
@@ -9,14 +16,14 @@ Attention goes through XLA's dense `jax.nn.dot_product_attention`, which materia
 per device. With all 32 heads on one device ("fsdp=8") it is ~34 GB, plus softmax
 buffers, which leaves too little of an H200's 141 GB.
 
-Command to run (weights: a local copy of the HF repo Qwen/Qwen3-8B; traces: a directory
+Command to run (weights: a local copy of the HF repo Qwen/Qwen3-8B-Base; traces: a directory
 with train.jsonl [+ validation.jsonl], see `prd_jax.data.chat_traces`):
     # v5p-128 (after `launch/tpu_pod.sh create` and `setup`, which stage weights and data)
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/sft/qwen3_8b.py:v5p-128 \\
-        gs://BUCKET/sft_qwen3_8b --config.model.path=/data/Qwen3-8B --config.data.path=/data/sft_traces
+        gs://BUCKET/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base --config.data.path=/data/sft_traces
     # 8xH200, one node
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/sft/qwen3_8b.py:8xh200 /ckpt/sft_qwen3_8b \\
-        --config.model.path=/data/Qwen3-8B --config.data.path=/data/sft_traces
+        --config.model.path=/data/Qwen3-8B-Base --config.data.path=/data/sft_traces
 Scaling to N H200 nodes: data-parallel across nodes, the same FSDP x tensor mesh within
 each node; keep one sequence per (data, fsdp) shard per microbatch:
     sbatch --nodes=N launch/gpu_slurm.sbatch configs/sft/qwen3_8b.py:8xh200 DIR \\
@@ -27,7 +34,8 @@ each node; keep one sequence per (data, fsdp) shard per microbatch:
 Settings: bf16 compute, fp32 params and AdamW state, remat per layer; sequences of 16384
 tokens, packed; 64 sequences (~1.05M tokens) per step; AdamW lr 1e-5, 50 warmup steps,
 cosine to 1e-6 at step 1000. The batch, step count and schedule are our choices, not
-numbers taken from the paper. Held-out eval is off (eval_every=0): `trainer.eval_loss` runs a
+numbers taken from the paper (B.3's 5e-7 and 800 steps are the RL stage's,
+configs/rl/qwen3_8b.py). Held-out eval is off (eval_every=0): `trainer.eval_loss` runs a
 whole global batch in one unsharded call, which does not fit at this size.
 
 Expected (an ESTIMATE, not measured: no run at this scale has been made): ~9.9e10 FLOPs
@@ -59,7 +67,7 @@ def get_config(arg=None):
     c.tokenizer = "model"
     c.model = ml_collections.ConfigDict(dict(
         name="qwen3-8b",
-        path="/path/to/Qwen3-8B",  # placeholder: override with --config.model.path=<local HF dir>
+        path="/path/to/Qwen3-8B-Base",  # placeholder: --config.model.path=<local copy of Qwen/Qwen3-8B-Base>
         init="pretrained", init_workdir="",
         overrides=dict(dtype="bfloat16", param_dtype="float32", remat=True)))
     c.data = ml_collections.ConfigDict(dict(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Callable, List, Optional
 
 import jax
@@ -108,7 +109,8 @@ class RecordingLM:
     def next_logits(self, prompts, lengths, name="model call"):
         from prd_jax.sampling import SamplingConfig
 
-        self.calls.append(SamplerCall(name + ".logits", prompts.shape[0], prompts.shape[1], SamplingConfig(1)))
+        self.calls.append(SamplerCall(name + ".logits", prompts.shape[0], prompts.shape[1],
+                                      SamplingConfig(1, max_rows=self.lm.max_rows)))
         return self.lm.next_logits(prompts, lengths, name)
 
 
@@ -121,7 +123,8 @@ def operator_calls(cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: in
     b, w = problems_shape
 
     def go(params, problems, keys):
-        return run(RecordingLM(ModelLM(params, cfg, pad_id, mesh), calls), problems, keys, spec, ctx)
+        return run(RecordingLM(ModelLM(params, cfg, pad_id, mesh, ctx.sampling.max_rows), calls), problems, keys,
+                   spec, ctx)
 
     jax.eval_shape(go, _abstract_params(cfg, mesh), _problems(b, w, mesh), _keys(b, mesh))
     return calls
@@ -143,7 +146,8 @@ def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shap
     b, w = problems_shape
 
     def lower():
-        fn = jax.jit(lambda params, problems, keys: run(ModelLM(params, cfg, pad_id, mesh), problems, keys, spec, ctx))
+        fn = jax.jit(lambda params, problems, keys: run(ModelLM(params, cfg, pad_id, mesh, ctx.sampling.max_rows),
+                                                        problems, keys, spec, ctx))
         return fn.lower(_abstract_params(cfg, mesh), _problems(b, w, mesh), _keys(b, mesh))
 
     m = mesh3(mesh)
@@ -156,24 +160,48 @@ def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shap
 
 
 def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
-    """The first call of each (prompts, prompt width, sampling config); forced-rating logits
-    probes (`.logits`, a single forward) are dropped."""
+    """The first call of each (kind, prompts, prompt width, sampling config); a forced-rating
+    read (`.logits`, one forward) is its own kind."""
     seen, out = set(), []
     for c in calls:
-        key = (c.prompts, c.prompt_len, c.scfg)
-        if c.name.endswith(".logits") or key in seen:
+        key = (c.name.endswith(".logits"), c.prompts, c.prompt_len, c.scfg)
+        if key in seen:
             continue
         seen.add(key)
         out.append(c)
     return out
 
 
+def logits_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int = 0, knob: str = "") -> Program:
+    """A judge's forced-rating read (`ModelLM.next_logits`: a prefill, in row chunks of `max_rows`)."""
+    from prd_jax.operators.lm import ModelLM
+
+    def lower():
+        fn = jax.jit(lambda params, prompts, lengths: ModelLM(params, cfg, pad_id, mesh, call.scfg.max_rows)
+                     .next_logits(prompts, lengths, call.name))
+        return fn.lower(_abstract_params(cfg, mesh), _batch_struct((call.prompts, call.prompt_len), jnp.int32, mesh),
+                        _batch_struct((call.prompts,), jnp.int32, mesh))
+
+    s, m = E.SamplerShape(call.prompts, call.prompt_len, 1, 0, call.scfg.max_rows), mesh3(mesh)
+    kv = E.kv_cache_bytes_per_device(cfg, s, m)
+    detail = f"{s.prompts} rows ({s.rows_in_flight} in flight), prompt {s.prompt_len}; KV cache {kv / 1e9:.1f} GB/device"
+    return Program(call.name, lower, E.sampler_flops(cfg, s), E.sampler_seconds(cfg, s, m, chip),
+                   E.params_bytes_per_device(cfg, m) + kv, detail, knob)
+
+
+def call_programs(cfg: ModelConfig, mesh, calls: List[SamplerCall], chip, pad_id: int, knob: str) -> List[Program]:
+    """One program per distinct call: the sampler, or the rating read for `.logits` calls."""
+    return [(logits_program if c.name.endswith(".logits") else sampler_program)(cfg, mesh, c, chip, pad_id, knob)
+            for c in distinct_calls(calls)]
+
+
 # ----------------------------------------------------------------------------- training
 
-def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1) -> Program:
+def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1,
+                  minibatches: int = 1) -> Program:
     """The accumulated optimizer step exactly as `trainer.fit` compiles it (donated state)."""
     from prd_jax.train.state import abstract_state, state_shardings
-    from prd_jax.train.step import batch_shardings, repeat_step, train_step
+    from prd_jax.train.step import batch_shardings, minibatch_updates, train_step
     from prd_jax.train.trainer import optimizer_from
 
     accum = config.get("grad_accum_steps", 1)
@@ -185,8 +213,8 @@ def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn,
 
     def lower():
         optimizer, schedule = optimizer_from(config)
-        step_fn = repeat_step(functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, schedule=schedule),
-                              updates)
+        step_fn = minibatch_updates(functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer,
+                                                      schedule=schedule), minibatches, updates)
         sh = state_shardings(cfg, optimizer, mesh)
         replicated = NamedSharding(mesh, P())
         jitted = jax.jit(step_fn, in_shardings=(sh, batch_shardings(micro, mesh)), out_shardings=(sh, replicated),
@@ -225,7 +253,8 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
 
     stage = RLStage(config, cfg, tokenizer, mesh, load_data=False)
     rl = stage.rl
-    progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch)]
+    progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
+                           rl.minibatches)]
     if stage.num_standard:
         from prd_jax.sampling import SamplingConfig
 
@@ -239,8 +268,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
         calls = operator_calls(cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id)
         progs.append(operator_program("operator_rl.pdr_round", cfg, mesh, op.spec, op.ctx, shape,
                                       tokenizer.pad_id, calls, chip))
-        progs += [sampler_program(cfg, mesh, c, chip, tokenizer.pad_id, "rl.max_rows_per_call")
-                  for c in distinct_calls(calls)]
+        progs += call_programs(cfg, mesh, calls, chip, tokenizer.pad_id, "rl.max_rows_per_call")
     if stage.verifier:
         v = stage.verifier
         c = rl.verifier_candidate_max_tokens
@@ -284,17 +312,24 @@ class EvalEstimate:
 def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
     """Roofline estimate of an eval config, one row per operator (traced calls, nothing compiled).
 
-    A tournament's judge batches run in one `lax.while_loop` and are traced once, so pairwise
-    judge calls count one batch per tournament (an underestimate of the judge share)."""
+    A tournament's judge batches run in one `lax.while_loop`, traced once as one batch of W
+    calls per problem; its name carries the tournament's call budget B per problem
+    (`judge.pairwise[B calls]`), so it counts B / W times: every budgeted call made (an upper
+    bound, like the generated tokens). Forced-rating reads (one prefill each) are left out."""
     from prd_jax.evaluate import build_spec
 
     runs = -(-config.num_problems // config.batch_size) * config.k_samples
     m = mesh3(mesh)
+
+    def times(c: SamplerCall) -> float:
+        budget = re.search(r"\[(\d+) calls\]$", c.name)
+        return int(budget.group(1)) / (c.prompts / config.batch_size) if budget else 1.0
+
     out = []
     for spec in [build_spec(dict(e)) for e in config.operators]:
         calls = [c for c in _eval_calls(config, cfg, mesh, tokenizer, spec) if not c.name.endswith(".logits")]
-        tokens = sum(c.shape().rows * c.shape().gen_len for c in calls)
-        secs = sum(E.sampler_seconds(cfg, c.shape(), m, chip) for c in calls)
+        tokens = sum(times(c) * c.shape().rows * c.shape().gen_len for c in calls)
+        secs = sum(times(c) * E.sampler_seconds(cfg, c.shape(), m, chip) for c in calls)
         out.append(EvalEstimate(spec.label, tokens * runs, secs * runs))
     return out
 
@@ -332,6 +367,5 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
             progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id,
                                           calls, chip))
         all_calls += calls
-    progs += [sampler_program(cfg, mesh, c, chip, tokenizer.pad_id, "max_rows_per_call")
-              for c in distinct_calls(all_calls)]
+    progs += call_programs(cfg, mesh, all_calls, chip, tokenizer.pad_id, "max_rows_per_call")
     return progs

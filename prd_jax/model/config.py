@@ -26,7 +26,14 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Shapes and numerics of one decoder-only LM."""
+    """Shapes and numerics of one decoder-only LM, plus its chat-template switch.
+
+    `enable_thinking` is passed to the chat template as the `enable_thinking` variable
+    (Qwen3's switch between a `<think>` block and a direct answer): None leaves the
+    template's own default (Qwen3: thinking on), True/False set it. It does not change
+    the decoder; `prd_jax.model.tokenizer.for_model` applies it to a tokenizer, so
+    eval, SFT and RL prompts all render with it.
+    """
 
     family: str
     vocab_size: int
@@ -44,10 +51,13 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
+    enable_thinking: Optional[bool] = None
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(f"ModelConfig.family={self.family!r}; allowed: {FAMILIES}")
+        if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
+            raise ValueError(f"ModelConfig.enable_thinking={self.enable_thinking!r}; allowed: None, True, False")
         for field in ("param_dtype", "dtype"):
             if getattr(self, field) not in DTYPES:
                 raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}; allowed: {DTYPES}")
@@ -100,6 +110,10 @@ NAMED_CONFIGS: dict[str, ModelConfig] = {
                               rms_eps=1e-6, tie_embeddings=True, max_position=40960),
     "qwen3-4b": ModelConfig("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, rope_theta=1e6,
                             rms_eps=1e-6, tie_embeddings=True, max_position=40960),
+    # Qwen3-4B-Instruct-2507 (the V1 paper's model): the qwen3-4b architecture; its config.json
+    # has rope_theta 5e6 and a 262144-token context.
+    "qwen3-4b-instruct-2507": ModelConfig("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, rope_theta=5e6,
+                                          rms_eps=1e-6, tie_embeddings=True, max_position=262144),
     "qwen3-8b": ModelConfig("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, rope_theta=1e6,
                             rms_eps=1e-6, tie_embeddings=False, max_position=40960),
     "llama3.1-8b": ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rope_theta=500000.0,

@@ -50,7 +50,7 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
     Other named models need `path` (no hub downloads). `overrides` set ModelConfig fields
     such as `dtype="bfloat16"`.
     """
-    from prd_jax.model.tokenizer import Tokenizer
+    from prd_jax.model.tokenizer import Tokenizer, for_model
     from prd_jax.model.weights import GGUFCheckpoint, HFCheckpoint, load_params, read_hf_config
 
     if name not in NAMED_CONFIGS and path is None:
@@ -75,6 +75,8 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
     if name in NAMED_CONFIGS and name != "tiny":
         _check_matches(name, NAMED_CONFIGS[name], cfg, path)
     cfg = cfg.replace(**overrides)
+    if tokenizer is not None:
+        tokenizer = for_model(tokenizer, cfg)  # the chat template's thinking switch (cfg.enable_thinking)
     params = load_params(cfg, ckpt, mesh)
     return LoadedModel(cfg, params, tokenizer, mesh, path)
 

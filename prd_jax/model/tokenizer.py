@@ -18,6 +18,7 @@ not where whitespace directly precedes a numeric character (GPT-2 glues one spac
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -26,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as _RustTokenizer
 
-__all__ = ["Tokenizer", "GGUF_PRE_TOKENIZERS"]
+__all__ = ["Tokenizer", "GGUF_PRE_TOKENIZERS", "for_model"]
 
 # Token types of llama.cpp's vocabulary (`tokenizer.ggml.token_type`).
 _TYPE_CONTROL = 3
@@ -105,8 +106,10 @@ class Tokenizer:
         add_bos_token: bool = False,
         chat_template: Optional[str] = None,
         source: str = "<memory>",
+        chat_template_vars: Optional[Mapping[str, Any]] = None,
     ):
         self._tok = tokenizer
+        self.chat_template_vars: dict[str, Any] = dict(chat_template_vars or {})
         self.vocab_size = int(vocab_size if vocab_size is not None else tokenizer.get_vocab_size(True))
         self.bos_id = bos_id
         self.eos_id = eos_id
@@ -320,7 +323,8 @@ class Tokenizer:
     ) -> str:
         """Render `messages` ([{"role", "content"}, ...]) with the model's own Jinja template.
 
-        Extra keyword arguments (e.g. `tools`) are passed to the template as variables.
+        The tokenizer's `chat_template_vars` (e.g. `enable_thinking`) and extra keyword
+        arguments (e.g. `tools`, which win over them) are passed to the template as variables.
         """
         if not self.chat_template:
             raise ValueError(f"{self.source}: this tokenizer has no chat template")
@@ -331,10 +335,18 @@ class Tokenizer:
             "unk_token": self._special_text(self.unk_id),
             "pad_token": self._special_text(self.pad_id),
         }
+        variables.update(self.chat_template_vars)
         variables.update(template_vars)
         return template.render(
             messages=[dict(m) for m in messages], add_generation_prompt=add_generation_prompt, **variables
         )
+
+    def with_chat_template_vars(self, **variables: Any) -> "Tokenizer":
+        """A copy whose chat template always sees `variables` (a None value removes one)."""
+        out = copy.copy(self)
+        merged = {**self.chat_template_vars, **variables}
+        out.chat_template_vars = {k: v for k, v in merged.items() if v is not None}
+        return out
 
     def encode_chat(
         self,
@@ -344,6 +356,22 @@ class Tokenizer:
     ) -> list[int]:
         """Ids of the rendered chat; the template writes any BOS itself, so none is added."""
         return self.encode(self.apply_chat_template(messages, add_generation_prompt, **template_vars))
+
+
+def for_model(tokenizer, cfg):
+    """`tokenizer` rendering chats as model config `cfg` asks: `cfg.enable_thinking`
+    (None: the template's default) becomes the template variable `enable_thinking`.
+
+    Tokenizers without Jinja templates (the synthetic `CharVocab`) have no thinking switch:
+    they are returned as they are for None, and refused for True/False.
+    """
+    thinking = getattr(cfg, "enable_thinking", None)
+    if thinking is None:
+        return tokenizer
+    if not hasattr(tokenizer, "with_chat_template_vars"):
+        raise ValueError(f"ModelConfig.enable_thinking={thinking!r} needs a tokenizer with a Jinja chat "
+                         f"template; {type(tokenizer).__name__} has none (allowed: enable_thinking=None)")
+    return tokenizer.with_chat_template_vars(enable_thinking=thinking)
 
 
 # ---------------------------------------------------------------------- helpers

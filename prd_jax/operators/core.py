@@ -11,10 +11,18 @@ are unrolled inside one jitted program, so prompts are assembled from token segm
 device and nothing is decoded between calls.
 
 Accepted path (B_seq): the final call is accepted; walking back, each round's accepted
-call is the *parent* of the next accepted one: the top-ranked candidate in its
-workspace (shared/per-sample top-k: the first listed; random-k: the first drawn;
-global summary: draft `m mod M_{r-1}`). A round's summary call and the selector's rating
-call of the accepted candidate are on the path too.
+call is the *parent* of the next accepted one: the first candidate of its workspace that
+was admitted (shared top-k: the top-ranked; per-sample top-k: the call's own candidate
+if admitted, else its top-ranked admitted other; random-k: the first drawn; global
+summary: the `m mod A`-th of the A admitted candidates, in index order, so draft
+`m mod M_{r-1}` when all are). Only oracle selectors admit fewer than all. A call whose
+workspace admitted none refines from an empty workspace (a summary over no candidate);
+its parent on the path is then the previous round's latency-bound call, the one that
+generated the most tokens (our choice; the paper is silent; `calls.path_calls`). A round's
+summary call and the selector's rating call of the accepted candidate are on the path too.
+
+Random-k runs no selector (no judge calls, nothing paid). Quoted candidates drop their
+thinking block unless `spec.quote_thinking` (`calls.quotable`).
 """
 
 from __future__ import annotations
@@ -29,9 +37,9 @@ import jax.numpy as jnp
 from prd_jax.operators import verify
 from prd_jax.operators.assembly import assemble
 from prd_jax.operators.budget import CallLog, group
-from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fold, path_calls, per_sample, strip_stop,
-                                     problem_rows, rows, single)
-from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
+from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fold, path_calls, per_sample,
+                                     problem_rows, quotable, rows, single)
+from prd_jax.operators.specs import ORACLE_SELECTORS, PDR, SR, LongCoT, Sampling
 
 Array = jax.Array
 
@@ -52,6 +60,9 @@ class Context:
 
     `parser` reads judge rating tags from decoded text, `answer_ids` groups candidates by
     extracted answer (majority vote), `grader` grades against gold (oracle selectors).
+    `think_end` holds the end-of-thinking marker's token ids (() : the tokenizer has no
+    thinking block, nothing is stripped) and `think_skip` the newline / space ids dropped
+    after it (`calls.strip_thinking`; `runner.thinking_marker` reads both from a tokenizer).
     """
 
     templates: dict
@@ -62,12 +73,15 @@ class Context:
     parser: Any = None  # host callable (tokens, lengths, *, tags) -> int32 [R, T], 0 = missing
     answer_ids: Any = None  # host callable (cand_tok [B, N, L], cand_len [B, N]) -> int32 [B, N]
     trace: bool = False  # return each round's prompts and logprobs (RL rollouts)
+    think_end: tuple = ()
+    think_skip: tuple = ()
 
 
 @flax.struct.dataclass
 class OperatorResult:
-    """Final completions, every call's budget record, the final call's workspace, and the
-    number of judge outputs whose rating tags did not parse (forced ratings)."""
+    """Final completions, every call's budget record, the final call's workspace (left-padded,
+    `workspace_lengths` valid tokens at the end), and the number of judge calls whose rating
+    tags did not parse and were forced (`judges.py`)."""
 
     final_tokens: Array
     final_lengths: Array
@@ -125,25 +139,32 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
 def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorResult:
     """Sequential refinement (paper §3.1): solve, then refine the previous answer `rounds` times.
 
-    Every call is on the accepted path, so B_seq = B_total.
+    Every call is on the accepted path, so B_seq = B_total. With `ctx.trace`, one
+    RoundTrace per call (M = 1), as Long-CoT and PDR return them.
     """
     b = problems.tokens.shape[0]
     problem = problem_rows(problems, 1)
     segs = fill(ctx.templates["solve"], b, {"problem": problem})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve")
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve")
+    tok, length, in_tok, overflow = out
     groups = [group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
+    traces = [out.trace(b, 1)]
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
     workspace = empty_workspace(b)
     for r in range(2, spec.rounds + 2):
-        workspace, cut = single(tok, length, spec, ctx.sampling.stop_ids)
+        workspace, cut = single(tok, length, spec, ctx)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
-        tok, length, in_tok, overflow = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine")
+        out = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine")
+        tok, length, in_tok, overflow = out
         groups.append(group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
         rounds_t.append(tok[:, None])
         rounds_l.append(length[:, None])
-    return make_result(tok, length, CallLog.from_groups(groups), workspace, truncs, rounds_t, rounds_l)
+        traces.append(out.trace(b, 1))
+    workspace = assemble([workspace], workspace[0].shape[1], ctx.pad_id)[:2]  # left-padded, as PDR's
+    return make_result(tok, length, CallLog.from_groups(groups), workspace, truncs, rounds_t, rounds_l,
+                       traces=traces if ctx.trace else ())
 
 
 # ----------------------------------------------------------------------------- PDR
@@ -152,7 +173,8 @@ PDR_METHODS = {"self_pointwise": "pointwise"}  # PDR selector name -> verify.sel
 
 
 def _distill_indices(scores, admitted, key, spec: PDR, m_prev: int, m_next: int):
-    """Workspace candidate indices `[B, m_next, k]`, their admission, and each call's parent."""
+    """Workspace candidate indices `[B, m_next, k]`, their admission, and each call's parent
+    (its first admitted candidate; -1 if it admitted none)."""
     b = scores.shape[0]
     k = spec.k
     if spec.distill == "shared_topk":
@@ -167,30 +189,44 @@ def _distill_indices(scores, admitted, key, spec: PDR, m_prev: int, m_next: int)
         noise = jax.vmap(lambda k: jax.random.uniform(k, (m_next, m_prev)))(key)
         idx = jnp.argsort(noise, axis=2)[:, :, :k]
     adm = jnp.take_along_axis(jnp.broadcast_to(admitted[:, None, :], (b, m_next, m_prev)), idx, axis=2)
-    return idx, adm, idx[:, :, 0]
+    first = jnp.take_along_axis(idx, jnp.argmax(adm, axis=2)[:, :, None], axis=2)[:, :, 0]
+    return idx, adm, jnp.where(jnp.any(adm, axis=2), first, -1)
+
+
+def _admission(problems, cand_t, cand_l, spec, ctx):
+    """Which candidates a global summary reads `[B, M]`: all, or an oracle's choice."""
+    if spec.selector in ORACLE_SELECTORS:
+        return verify.oracle(problems, cand_t, cand_l, ctx, spec.selector == "oracle_correct").admitted
+    return jnp.ones(cand_l.shape, bool)
 
 
 def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_next):
     b = cand_t.shape[0]
     problem = problem_rows(problems, 1)
-    all_idx = jnp.broadcast_to(jnp.arange(m_prev)[None, :], (b, m_prev))
-    cands, cut = candidate_list(ctx.templates["distill_summary"], cand_t, cand_l, all_idx,
-                                jnp.ones((b, m_prev), bool), spec, ctx.sampling.stop_ids)
-    segs = fill(ctx.templates["distill_summary"], b, {"problem": problem, "candidates": cands})
+    admitted = _admission(problems, cand_t, cand_l, spec, ctx)
+    order = jnp.argsort((~admitted).astype(jnp.int32), axis=1, stable=True)  # admitted first, by index
+    tpl = ctx.templates["distill_summary_votes" if spec.summary_vote_counts else "distill_summary"]
+    cands, cut = candidate_list(tpl, cand_t, cand_l, order, jnp.take_along_axis(admitted, order, axis=1), spec, ctx)
+    segs = fill(tpl, b, {"problem": problem, "candidates": cands})
     s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary")
     extra = ExtraCalls(r, "summary", s_in[:, None], s_len[:, None], before=True)
-    s_len = strip_stop(s_tok, s_len, ctx.sampling.stop_ids)  # the summary as quoted
+    s_tok, s_len = quotable(s_tok, s_len, spec, ctx)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
     out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
-    parent = jnp.broadcast_to(jnp.arange(m_next)[None, :] % m_prev, (b, m_next))
+    n_adm = jnp.sum(admitted, axis=1)
+    pos = jnp.arange(m_next)[None, :] % jnp.maximum(n_adm, 1)[:, None]
+    parent = jnp.where(n_adm[:, None] > 0, jnp.take_along_axis(order, pos, axis=1), -1)
     workspace = assemble([(s_tok, s_len)], s_tok.shape[1], ctx.pad_id)[:2]
     return out, parent, [extra], workspace, cut + s_over + out.overflow, jnp.zeros((b,), jnp.int32)
 
 
 def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_next):
     b = cand_t.shape[0]
-    method = PDR_METHODS.get(spec.selector, spec.selector)
-    sel = verify.select(method, lm, problems, cand_t, cand_l, fold(rkey, 11), spec.judge, ctx, spec)
+    if spec.distill == "random_k":  # no selector runs: nothing is ranked or paid for
+        sel = verify.Selection(jnp.zeros(cand_l.shape), jnp.ones(cand_l.shape, bool), [], jnp.zeros((b,), jnp.int32))
+    else:
+        method = PDR_METHODS.get(spec.selector, spec.selector)
+        sel = verify.select(method, lm, problems, cand_t, cand_l, fold(rkey, 11), spec.judge, ctx, spec)
     idx, adm, parent = _distill_indices(sel.scores, sel.admitted, fold(rkey, 13), spec, m_prev, m_next)
     shared = spec.distill == "shared_topk"
     n_rows = b if shared else b * m_next
@@ -202,12 +238,12 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
     if spec.refine_template == "previous":
         top_t = jnp.take_along_axis(src_t, sel_idx[:, :1, None], axis=1)[:, 0]
         top_l = jnp.take_along_axis(src_l, sel_idx[:, :1], axis=1)[:, 0] * sel_adm[:, 0]
-        seg, cut = single(top_t, top_l, spec, ctx.sampling.stop_ids)
+        seg, cut = single(top_t, top_l, spec, ctx)
         workspace_rows = [seg]
         segs = fill(ctx.templates["sr_refine"], n_rows, {"problem": prob, "previous": workspace_rows})
     else:
         tpl = ctx.templates["pdr_topk"]
-        workspace_rows, cut = candidate_list(tpl, src_t, src_l, sel_idx, sel_adm, spec, ctx.sampling.stop_ids)
+        workspace_rows, cut = candidate_list(tpl, src_t, src_l, sel_idx, sel_adm, spec, ctx)
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:

@@ -1,13 +1,24 @@
-"""In-graph judge calls with ratings on 1..10 (V1, arXiv 2603.04304 §3).
+"""In-graph judge calls with ratings on 1..10 (V1-Infer, arXiv 2603.04304 §4).
 
 A judge call reasons up to `Judge.max_new_tokens` and should close with rating tags
 (`<rating_A>n</rating_A> <rating_B>n</rating_B>` pairwise, `<rating>n</rating>`
-pointwise). Tags are read from the decoded reasoning on the host. A tag that is missing
-or out of range is a parse failure: it is counted (`Ratings.forced`) and the judge
-is *forced*: the tag prefix is appended after the reasoning and the rating is read from
-the next-token distribution over "1".."10". The argmax is the rating and the expected
-value is kept as `confidence`. With `max_new_tokens = 0` every rating is forced at once
-(a cheap judge with no reasoning) and nothing is parsed.
+pointwise). Tags are read on the host from the decoded output: the last `<tag>n</tag>`
+with n in 1..10, per tag.
+
+Parse failures and forced ratings (the papers are silent; our rules):
+- A call is *unparsed* when at least one of its tags is missing or out of 1..10 in its
+  output, whether the judge stopped on its own or ran into its reasoning budget. It is
+  counted once (`Ratings.forced`, summed per problem into `OperatorResult.judge_unparsed`).
+- An unparsed call is *forced*: after its output (final stop token dropped) each tag's
+  prefix ("\n<rating_A>", then "</rating_A> <rating_B>", ...) is appended in turn, and a
+  missing tag's rating is the argmax of the next-token distribution restricted to
+  "1".."10" (its expected value is kept as `confidence`); a tag that did parse keeps its
+  value and is restated in the forced suffix. The forced suffix counts as output tokens.
+- A forced rating is used like a parsed one (pointwise score, tournament mu): no judge
+  call is dropped in-graph. (`tournament.py`'s "unparsed" outputs, None or non-finite,
+  come only from host-side judges such as the simulation.)
+- With `max_new_tokens = 0` every rating is forced at once (a cheap judge with no
+  reasoning) and nothing is counted as unparsed.
 
 "10" is one token for some tokenizers (Llama 3) and "1" "0" for others (SmolLM2, Qwen).
 In the second case a second forward pass with "1" appended gives P("0" | "1"), and
@@ -120,14 +131,16 @@ def _value_segment(rt: RatingTokens, rating: Array):
     return jnp.asarray(table)[idx], jnp.asarray(lens)[idx]
 
 
-def rate(lm, segments, keys, ctx, judge, kind: str) -> Ratings:
-    """One batched judge call on prompt `segments` (rows R); see the module docstring."""
+def rate(lm, segments, keys, ctx, judge, kind: str, name: str = "") -> Ratings:
+    """One batched judge call on prompt `segments` (rows R); see the module docstring.
+    `name` names the model call (default `judge.<kind>`)."""
     rt: RatingTokens = ctx.ratings
     tags, prefixes = TAGS[kind], rt.prefixes[kind]
     n_rows = segments[0][0].shape[0]
     prompts, plen, _ = assemble(segments, width(segments), ctx.pad_id)
     if judge.max_new_tokens > 0:
-        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens), name=f"judge.{kind}")
+        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens),
+                          name=name or f"judge.{kind}")
         reasoning = (out.tokens, out.lengths - out.stopped.astype(jnp.int32))
         parse = functools.partial(ctx.parser, tags=tags)
         parsed = jax.pure_callback(parse, jax.ShapeDtypeStruct((n_rows, len(tags)), jnp.int32),

@@ -25,6 +25,7 @@ class ModelLM:
     cfg: ModelConfig = flax.struct.field(pytree_node=False)
     pad_id: int = flax.struct.field(pytree_node=False, default=0)
     mesh: Optional[Mesh] = flax.struct.field(pytree_node=False, default=None)
+    max_rows: int = flax.struct.field(pytree_node=False, default=0)  # next_logits row chunks; 0 = all
 
     def generate(self, prompts, lengths, keys, scfg: sampling.SamplingConfig,
                  fanout: bool = True, name: str = "model call") -> sampling.SampleOutput:
@@ -38,10 +39,10 @@ class ModelLM:
                                  pad_id=self.pad_id, fanout=fanout, mesh=self.mesh)
 
     def next_logits(self, prompts, lengths, name: str = "model call") -> jax.Array:
-        """fp32 next-token logits `[B, V]` after left-padded prompts `[B, P]`."""
+        """fp32 next-token logits `[B, V]` after left-padded prompts `[B, P]`, in chunks of at
+        most `max_rows` rows (the forced-rating read of V1 judges runs over every judge row)."""
         check_context(self.cfg, name, prompts.shape[1], 0)
-        return sampling.prefill(self.cfg, self.params, prompts, lengths, prompts.shape[1],
-                                mesh=self.mesh)[0]
+        return sampling.next_logits(self.cfg, self.params, prompts, lengths, max_rows=self.max_rows, mesh=self.mesh)
 
 
 def check_context(cfg: ModelConfig, name: str, prompt_width: int, max_new_tokens: int) -> None:

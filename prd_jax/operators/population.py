@@ -1,4 +1,5 @@
-"""Population operators: best-of-N with a selector, and RSA (V1, arXiv 2603.04304 §3-4).
+"""Population operators: best-of-N with a selector, and RSA (V1-Infer, arXiv 2603.04304 §4,
+and its RSA baseline).
 
 Both are pure functions `(lm, problems, keys, spec, ctx) -> OperatorResult`, like the
 PDR operators, and run as one compiled program.
@@ -6,7 +7,8 @@ PDR operators, and run as one compiled program.
 Budgets: the N drafts are parallel, the selected one is on the accepted path; judge
 calls count in B_total, and the selector's sequential batches add to B_seq (see
 `verify.py`). RSA's accepted path walks back from the final member through each
-member's first drawn parent, as PDR's random-k does.
+member's first drawn parent, as PDR's random-k does. Quoted candidates (judges, RSA
+subsets) drop their thinking block unless `spec.quote_thinking` (`calls.quotable`).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         idx = _draw_subsets(fold(lkey, 13), admitted, n, k)  # [B, n, k]
         adm = jnp.take_along_axis(jnp.broadcast_to(admitted[:, None, :], (b, n, n)), idx, axis=2)
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
-                                    adm.reshape(b * n, k), spec, ctx.sampling.stop_ids)
+                                    adm.reshape(b * n, k), spec, ctx)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
         tok, length, in_t, over = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate")
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)

@@ -1,4 +1,10 @@
-"""Editable prompt templates and their pre-tokenized pieces (PDR paper §3.1-3.2, App. prompts).
+"""Editable prompt templates and their pre-tokenized pieces (PDR paper §3.1-3.2, App. B.2).
+
+Wording: the texts are ours. They follow the PDR paper's prompts (App. B.2) in substance as
+§3.1 describes them (the appendix text itself was not available to us): a refine call
+improves on the workspace rather than solving afresh, and the global summary keeps the
+candidates' agreements, contradictions, intermediate results and open subgoals. The
+judge prompts follow V1 (arXiv 2603.04304 §4) in substance, also in our words.
 
 A `Template` is plain text with slots `{problem}`, `{previous}`, `{candidates}`,
 `{summary}`, `{candidate}`. `compile_template` renders it once through the model's chat
@@ -46,27 +52,36 @@ SR_ERROR_ANALYSIS = Template("sr_error_analysis", (
     "First identify and explain each flaw in it. Then write a complete revised solution. "
     "Put your final answer in \\boxed{{}}.\n\nProblem:\n{problem}\n\nEarlier attempt:\n{previous}"))
 
+# Refine prompts (PDR §3.1-3.2): build a better answer on the workspace, not a fresh one.
 PDR_TOPK = Template("pdr_topk", (
-    "Here is a problem and candidate solutions written by other solvers. The candidates are "
-    "unverified and may be wrong. Use what is useful in them, check their steps, resolve "
-    "disagreements, and write your own complete solution. Put your final answer in "
-    "\\boxed{{}}.\n\nProblem:\n{problem}\n\n{candidates}"))
+    "Here is a problem and earlier candidate solutions to it. The candidates are unverified "
+    "and may contain mistakes. Build an improved solution from them: check their steps, keep "
+    "what is correct, fix what is wrong, and resolve where they disagree; do not discard them "
+    "and start over from scratch. Write the improved solution in full and put your final "
+    "answer in \\boxed{{}}.\n\nProblem:\n{problem}\n\n{candidates}"))
 
 PDR_SUMMARY = Template("pdr_summary", (
-    "Here is a problem and a summary of other solvers' previous reasoning about it. The "
-    "summary is unverified context and may be wrong. Use it, check it, and write your own "
-    "complete solution. Put your final answer in \\boxed{{}}.\n\nProblem:\n{problem}\n\n"
-    "Summary of previous reasoning:\n{summary}"))
+    "Here is a problem and a summary of earlier attempts at it: where they agree and "
+    "contradict each other, their intermediate results and the open subgoals. The summary is "
+    "unverified and may contain mistakes. Build an improved solution on it: check its "
+    "results, keep what is correct, fix what is wrong, and close the open subgoals; do not "
+    "ignore it and start over from scratch. Write the improved solution in full and put your "
+    "final answer in \\boxed{{}}.\n\nProblem:\n{problem}\n\nSummary of earlier attempts:\n{summary}"))
 
-DISTILL_SUMMARY = Template("distill_summary", (
-    "Below are several attempts at a problem. Write a short summary (at most {kappa} tokens) "
-    "that records: where the attempts agree, where they contradict each other, useful "
-    "intermediate results, open subgoals, and every final answer seen with how many attempts "
-    "reached it. Do not solve the problem yourself.\n\nProblem:\n{problem}\n\n{candidates}"))
+# Global summary (PDR §3.1): agreements, contradictions, intermediate results, open subgoals.
+_SUMMARY_HEAD = ("Below are several attempts at a problem. Write a short summary (at most {kappa} tokens) "
+                 "that records: where the attempts agree, where they contradict each other, useful "
+                 "intermediate results, and the subgoals that remain open")
+_SUMMARY_TAIL = ". Do not solve the problem yourself.\n\nProblem:\n{problem}\n\n{candidates}"
+DISTILL_SUMMARY = Template("distill_summary", _SUMMARY_HEAD + _SUMMARY_TAIL)
+# Variant (ours, PDR.summary_vote_counts): also tally the final answers.
+DISTILL_SUMMARY_VOTES = Template("distill_summary_votes", (
+    _SUMMARY_HEAD + ", and every final answer seen with how many attempts reached it" + _SUMMARY_TAIL))
 
-# Judges (V1 paper, arXiv 2603.04304 §3): reason first, then close with rating tags. If the
-# tags are missing at the reasoning budget, the judge forces "<rating_A>" (etc.) and reads
-# the rating from the next-token distribution over "1".."10" (see operators/judges.py).
+# Judges (V1 paper, arXiv 2603.04304 §4): reason first, then close with rating tags. A tag
+# missing (or out of 1..10) when the judge stops or reaches its reasoning budget is forced:
+# "<rating_A>" (etc.) is appended and the rating read from the next-token distribution over
+# "1".."10" (see operators/judges.py, which also says what is counted as unparsed).
 _MATH_CRITERION = ("Judge only whether the final answer is correct; check the key steps that "
                    "lead to it. Presentation does not matter.")
 _CODE_CRITERION = ("Judge whether the program is correct on all valid inputs, including edge "
@@ -103,7 +118,7 @@ RSA_AGGREGATE = Template("rsa_aggregate", (
     "\\boxed{{}}.\n\nProblem:\n{problem}\n\n{candidates}"))
 
 DEFAULT_TEMPLATES = (SOLVE, SR_REFINE, SR_ERROR_ANALYSIS, PDR_TOPK, PDR_SUMMARY, DISTILL_SUMMARY,
-                     PAIRWISE_MATH, PAIRWISE_CODE, POINTWISE_MATH, POINTWISE_CODE, RSA_AGGREGATE)
+                     DISTILL_SUMMARY_VOTES, PAIRWISE_MATH, PAIRWISE_CODE, POINTWISE_MATH, POINTWISE_CODE, RSA_AGGREGATE)
 
 # Compact set for small models trained from scratch (the demo): the same slots and calls in
 # a few characters, so that with a character vocabulary B_seq counts reasoning rather than
@@ -123,6 +138,7 @@ COMPACT_TEMPLATES = (
     _compact("pdr_topk", "Refine: {problem}\n{candidates}"),
     _compact("pdr_summary", "Refine: {problem}\nSummary:\n{summary}"),
     _compact("distill_summary", "Summarize in {kappa}: {problem}\n{candidates}"),
+    _compact("distill_summary_votes", "Summarize, count answers, in {kappa}: {problem}\n{candidates}"),
     _compact("pairwise_math", "Compare: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
     _compact("pairwise_code", "Compare programs: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
     _compact("pointwise_math", "Rate: {problem}\n{candidate}"),

@@ -21,13 +21,44 @@ from prd_jax.operators.specs import Sampling
 log = logging.getLogger(__name__)
 
 
+THINK_END = "</think>"
+_BLANKS = ("\n", "\n\n", "\n\n\n", " ", "  ")
+
+
+def thinking_marker(tokenizer) -> tuple:
+    """(end-of-thinking marker ids, newline / space ids to drop after it) of `tokenizer`.
+
+    The marker is `</think>` (Qwen3, DeepSeek-R1 and other thinking models): its one id
+    when the vocabulary has it as a token; else the ids `encode("</think>")` gives, when
+    the chat template mentions it (a multi-token marker, matched as that exact id
+    sequence); else none, and quoted candidates are never cut. The ids dropped after the
+    marker are the single-token encodings of newlines and spaces. Ours: the papers do
+    not discuss thinking blocks.
+    """
+    single = tokenizer.token_to_id(THINK_END) if hasattr(tokenizer, "token_to_id") else None
+    if single is not None:
+        marker = (int(single),)
+    elif THINK_END in (getattr(tokenizer, "chat_template", None) or ""):
+        marker = tuple(tokenizer.encode(THINK_END))
+    else:
+        return (), ()
+    skip = []
+    for text in _BLANKS:
+        ids = tokenizer.encode(text)
+        if len(ids) == 1 and ids[0] not in skip:
+            skip.append(ids[0])
+    return marker, tuple(skip)
+
+
 def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
                  k_max: int = 16, templates="default", trace: bool = False) -> Context:
     """Compile a template set for `tokenizer` into an operator Context.
 
     `templates`: a set name from `prompts.TEMPLATE_SETS`, or {name: Template} replacing
     entries of the default set. `trace`: operators also return each round's prompts and
-    logprobs, for RL.
+    logprobs, for RL. The templates render through the tokenizer's chat template with its
+    settings (e.g. `enable_thinking`, `Tokenizer.with_chat_template_vars`); the thinking
+    marker comes from `thinking_marker`.
     """
     if isinstance(templates, str):
         chosen = P.template_set(templates)
@@ -35,8 +66,9 @@ def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[
         chosen = P.template_set("default")
         chosen.update(templates or {})
     compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
+    think_end, think_skip = thinking_marker(tokenizer)
     return Context(compiled, RatingTokens.from_tokenizer(tokenizer), sampling, tokenizer.pad_id, grader,
-                   RatingParser(tokenizer), AnswerGrouper(tokenizer), trace)
+                   RatingParser(tokenizer), AnswerGrouper(tokenizer), trace, think_end, think_skip)
 
 
 def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],

@@ -1,7 +1,11 @@
 """Operator settings, validated at construction.
 
 Long-CoT, SR and PDR follow the PDR paper (arXiv 2510.01123 §3); `Judge`, `BestOfN` and
-`RSA` follow V1 (arXiv 2603.04304 §3-4; RSA is its recursive self-aggregation baseline).
+`RSA` follow V1-Infer (arXiv 2603.04304 §4; RSA is its recursive self-aggregation baseline).
+
+`quote_thinking` (SR, PDR, BestOfN, RSA; ours, the papers are silent): by default a quoted
+candidate (workspace, previous answer, judge candidate, RSA subset) carries only the text
+after its thinking block (`</think>`, see `calls.strip_thinking`); True quotes the full text.
 
 Specs are frozen dataclasses: hashable, so they are static arguments of the jitted
 operator programs. Each error names the field and says what is allowed.
@@ -14,6 +18,8 @@ from typing import Tuple
 
 DISTILL_VARIANTS = ("global_summary", "shared_topk", "per_sample_topk", "random_k")
 SELECTORS = ("self_pointwise", "pairwise_v1", "random", "oracle_correct", "oracle_incorrect")
+MODEL_SELECTORS = ("self_pointwise", "pairwise_v1")  # rank the candidates with judge calls
+ORACLE_SELECTORS = ("oracle_correct", "oracle_incorrect")  # admit by ground truth (PDR Figs. 6, 8)
 BEST_OF_N_SELECTORS = ("pointwise", "pairwise_v1", "majority", "random", "round_robin")
 RSA_FINALS = ("first", "majority", "pairwise_v1")
 JUDGE_DOMAINS = ("math", "code")
@@ -36,6 +42,16 @@ class Sampling:
     max_rows: int = 0  # most decode rows in flight per call (sampling.SamplingConfig.max_rows); 0 = all
 
 
+def _check_bool(obj, *fields):
+    for f in fields:
+        if not isinstance(getattr(obj, f), bool):
+            raise ValueError(f"{type(obj).__name__}.{f}={getattr(obj, f)!r}; allowed: True, False")
+
+
+def _thinking(obj) -> str:
+    return ",quote_thinking" if obj.quote_thinking else ""
+
+
 def _check_truncation(obj):
     if not 0 <= obj.truncation_head <= obj.candidate_max_tokens:
         raise ValueError(f"{type(obj).__name__}.truncation_head={obj.truncation_head}; "
@@ -44,7 +60,7 @@ def _check_truncation(obj):
 
 @dataclasses.dataclass(frozen=True)
 class Judge:
-    """Self-verification settings (V1 §3).
+    """Self-verification settings (V1-Infer, V1 §4).
 
     `max_new_tokens` is the judge's reasoning budget (0: no reasoning, the rating is read
     at once from the forced tag). Pairwise tournaments spend B = `budget_multiple` * N
@@ -115,21 +131,38 @@ class SR:
     max_new_tokens: int = 512
     candidate_max_tokens: int = 512
     truncation_head: int = 128
+    quote_thinking: bool = False
 
     def __post_init__(self):
         _positive(self, "rounds", "max_new_tokens", "candidate_max_tokens")
         _check_truncation(self)
+        _check_bool(self, "quote_thinking")
 
     @property
     def label(self) -> str:
         ea = ",error_analysis" if self.error_analysis else ""
-        return f"sr(rounds={self.rounds}{ea},budget={self.max_new_tokens})"
+        return f"sr(rounds={self.rounds}{ea}{_thinking(self)},budget={self.max_new_tokens})"
 
 
 @dataclasses.dataclass(frozen=True)
 class PDR:
     """Parallel-Distill-Refine with schedule (M_1, ..., M_R), M_R = 1 (paper §3.2).
 
+    Distill variants (paper §3.2, Fig. 2b) and the `selector` each one takes:
+    - `shared_topk` / `per_sample_topk`: the k candidates `selector` ranks first. A model
+      ranker (`self_pointwise`, or `pairwise_v1`, our V1 extension) is the paper's top-k;
+      `random` ranks at random, so the workspace is a random k (labelled `random-k`);
+      an oracle admits only (in)correct candidates (paper §4.3, Figs. 6 and 8).
+    - `random_k`: each refine call draws its own k at random; no selector runs, so
+      `selector` must be "random".
+    - `global_summary`: one summary of at most `kappa` tokens over every candidate
+      (`selector="random"`, the default), or over the candidates an oracle admits
+      (`oracle_correct` / `oracle_incorrect`, paper Figs. 6 and 8). Model rankers are
+      refused: the summary would not use their ranking.
+
+    `summary_vote_counts` (ours; off by default, the paper's summary keeps agreements,
+    contradictions, intermediate results and open subgoals, §3.1) asks the summary to also
+    list every final answer with how many candidates reached it (`distill_summary_votes`).
     `refine_template` "topk" uses the numbered-candidates prompt; "previous" feeds the
     top-1 candidate through the SR prompt (so schedule (1, ..., 1) is SR).
     """
@@ -144,6 +177,8 @@ class PDR:
     truncation_head: int = 128
     refine_template: str = "topk"
     judge: Judge = Judge()
+    summary_vote_counts: bool = False
+    quote_thinking: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "schedule", tuple(int(m) for m in self.schedule))
@@ -154,6 +189,13 @@ class PDR:
             raise ValueError(f"PDR.distill={self.distill!r}; allowed: {DISTILL_VARIANTS}")
         if self.selector not in SELECTORS:
             raise ValueError(f"PDR.selector={self.selector!r}; allowed: {SELECTORS}")
+        if self.distill == "random_k" and self.selector != "random":
+            raise ValueError(f"PDR.selector={self.selector!r} with distill='random_k': random-k draws its "
+                             "candidates at random and runs no selector; allowed: 'random'")
+        if self.distill == "global_summary" and self.selector in MODEL_SELECTORS:
+            raise ValueError(f"PDR.selector={self.selector!r} with distill='global_summary': the summary "
+                             f"reads its candidates unranked; allowed: 'random' (all candidates), "
+                             f"{ORACLE_SELECTORS} (oracle selection into the summary)")
         _positive(self, "k", "kappa", "max_new_tokens", "candidate_max_tokens")
         if self.distill != "global_summary" and self.k > min(self.schedule[:-1]):
             raise ValueError(f"PDR.k={self.k} exceeds the smallest distilled round M="
@@ -164,19 +206,31 @@ class PDR:
             raise ValueError(f"PDR.refine_template={self.refine_template!r}; allowed: 'topk', 'previous'")
         if self.refine_template == "previous" and (self.k != 1 or self.distill == "global_summary"):
             raise ValueError("PDR.refine_template='previous' needs k=1 and an extractive distill")
+        _check_bool(self, "summary_vote_counts", "quote_thinking")
+        if self.summary_vote_counts and self.distill != "global_summary":
+            raise ValueError(f"PDR.summary_vote_counts=True needs distill='global_summary' "
+                             f"(got distill={self.distill!r})")
 
     @property
     def label(self) -> str:
         sched = "-".join(map(str, self.schedule))
-        extra = f",kappa={self.kappa}" if self.distill == "global_summary" else f",k={self.k},sel={self.selector}"
-        if self.distill != "global_summary" and self.selector in ("self_pointwise", "pairwise_v1"):
-            extra += f"[{self.judge.label}]"
-        return f"pdr({sched},{self.distill}{extra},budget={self.max_new_tokens})"
+        if self.distill == "global_summary":
+            extra = f",kappa={self.kappa}"
+            extra += f",sel={self.selector}" if self.selector in ORACLE_SELECTORS else ""
+            extra += ",vote_counts" if self.summary_vote_counts else ""
+        elif self.distill == "random_k":
+            extra = f",k={self.k}"
+        elif self.selector == "random":  # a random ranking: the "top-k" is a random k
+            extra = f",k={self.k},random-k"
+        else:
+            extra = f",k={self.k},sel={self.selector}"
+            extra += f"[{self.judge.label}]" if self.selector in MODEL_SELECTORS else ""
+        return f"pdr({sched},{self.distill}{extra}{_thinking(self)},budget={self.max_new_tokens})"
 
 
 @dataclasses.dataclass(frozen=True)
 class BestOfN:
-    """Draft N candidates in parallel and select one (V1 §3 and its baselines).
+    """Draft N candidates in parallel and select one (V1-Infer, V1 §4, and its baselines).
 
     Selectors: `pointwise` (each candidate rated 1-10; ties to the lower index),
     `pairwise_v1` (uncertainty-guided Swiss tournament, B = m*N calls), `random` (random
@@ -190,6 +244,7 @@ class BestOfN:
     candidate_max_tokens: int = 512
     truncation_head: int = 128
     judge: Judge = Judge()
+    quote_thinking: bool = False
 
     def __post_init__(self):
         _positive(self, "n", "max_new_tokens", "candidate_max_tokens")
@@ -197,11 +252,13 @@ class BestOfN:
             raise ValueError(f"BestOfN.selector={self.selector!r}; allowed: {BEST_OF_N_SELECTORS}")
         _check_truncation(self)
         object.__setattr__(self, "judge", as_judge(self.judge))
+        _check_bool(self, "quote_thinking")
 
     @property
     def label(self) -> str:
         judged = "" if self.selector == "majority" else f"[{self.judge.label}]"
-        return f"best_of_n(n={self.n},sel={self.selector}{judged},budget={self.max_new_tokens})"
+        return (f"best_of_n(n={self.n},sel={self.selector}{judged}{_thinking(self)},"
+                f"budget={self.max_new_tokens})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +280,7 @@ class RSA:
     keep: int = 0
     final: str = "first"
     judge: Judge = Judge()
+    quote_thinking: bool = False
 
     def __post_init__(self):
         _positive(self, "population", "subset", "loops", "max_new_tokens", "candidate_max_tokens")
@@ -237,10 +295,11 @@ class RSA:
         if self.final not in RSA_FINALS:
             raise ValueError(f"RSA.final={self.final!r}; allowed: {RSA_FINALS}")
         object.__setattr__(self, "judge", as_judge(self.judge))
+        _check_bool(self, "quote_thinking")
 
     @property
     def label(self) -> str:
         prune = f",prune={self.prune_every}/keep={self.keep}" if self.prune_every else ""
         judged = f"[{self.judge.label}]" if self.prune_every or self.final == "pairwise_v1" else ""
         return (f"rsa(N={self.population},K={self.subset},T={self.loops}{prune},final={self.final}"
-                f"{judged},budget={self.max_new_tokens})")
+                f"{judged}{_thinking(self)},budget={self.max_new_tokens})")

@@ -1,7 +1,7 @@
 """Uncertainty-guided Swiss tournament over N candidates with a pairwise judge.
 
 Follows V1-Infer ("V1: Unifying Generation and Self-Verification for Parallel
-Reasoners", arXiv 2603.04304, Sec. 3, Algorithms 2-4). This is host-side control logic:
+Reasoners", arXiv 2603.04304, §4, Algorithms 2-4). This is host-side control logic:
 each batch of disjoint pairs is one call of a batched `judge_fn`, so the number of
 batches is the number of sequential judge rounds (the latency / B_seq count).
 
@@ -9,7 +9,14 @@ batches is the number of sequential judge rounds (the latency / B_seq count).
   is v_ij = 1 / 0.5 / 0 (win / tie / loss) with weight w_ij = max(|r_i - r_j| / 9, tau),
   and mu_i = sum_j w_ij v_ij / sum_j w_ij over every record of i (0.5 if i has none).
 - Phase 1, topology coverage (Alg. 3): one random disjoint pairing, then coverage
-  batches until every candidate has `d_min` distinct opponents.
+  batches until every candidate has `d_min` distinct opponents. A candidate short of
+  d_min is paired with the free candidate it has not met whose mu is closest to its own
+  (ties: lowest index). Why closest mu: V1-Infer spends verification where the relative
+  correctness of two candidates is most uncertain, and two candidates with similar
+  scores are the pair whose outcome is least predictable; a partner far away in mu
+  would mostly confirm what the scores already say. After the first random round this
+  also pairs winners with winners and losers with losers, so coverage spreads across
+  the quality range. (The tie rule is ours.)
 - Phase 2, Swiss refinement (Alg. 4): rank by mu and pair neighbours within a window of
   `window` ranks, preferring unseen pairs and the smallest mu gap.
 
@@ -26,7 +33,10 @@ Choices the paper leaves open, fixed here:
   so a judge's position bias does not systematically favour the needier or
   higher-ranked side. `TournamentResult.pairs` holds the pairs as sent to the judge.
 - A judge output of None or a non-finite rating is "unparsed": the call is spent and
-  counted in `unparsed`, the pair is marked seen, and no record enters mu or d_i.
+  counted in `unparsed`, the pair is marked seen, and no record enters mu or d_i. This
+  applies to host judges (the simulation, benchmarks). The in-graph operators never
+  pass None: a judge call whose tags do not parse is forced to a rating, counted in
+  `OperatorResult.judge_unparsed`, and that rating enters mu (see `judges.py`).
 """
 
 from __future__ import annotations
@@ -265,7 +275,7 @@ def swiss_tournament(num_candidates: int, judge_fn: JudgeFn, budget: int, *, see
 
 def random_pairing(num_candidates: int, judge_fn: JudgeFn, budget: int, *, seed: int,
                    tau: float = 0.1) -> TournamentResult:
-    """Baseline for V1-Infer (arXiv 2603.04304, Sec. 3): fresh random disjoint pairings,
+    """Baseline for V1-Infer (arXiv 2603.04304, §4): fresh random disjoint pairings,
     batch after batch, until `budget` calls are spent; scored with the same mu (Alg. 2)."""
     n, tau = _check_common(num_candidates, judge_fn, tau)
     budget = _check_int("budget", budget, 0)
@@ -297,7 +307,7 @@ def circle_rounds(num_candidates: int) -> list[list[Pair]]:
 
 def round_robin(num_candidates: int, judge_fn: JudgeFn, *, tau: float = 0.1,
                 budget: int | None = None) -> TournamentResult:
-    """Baseline for V1-Infer (arXiv 2603.04304, Sec. 3): judge every pair once, C(N, 2)
+    """Baseline for V1-Infer (arXiv 2603.04304, §4): judge every pair once, C(N, 2)
     calls in disjoint circle-method rounds (truncated to `budget` if given), scored by mu."""
     n, tau = _check_common(num_candidates, judge_fn, tau)
     total = n * (n - 1) // 2
@@ -310,7 +320,7 @@ def round_robin(num_candidates: int, judge_fn: JudgeFn, *, tau: float = 0.1,
 
 
 def pointwise_best(scores: Iterable[float]) -> int:
-    """Pointwise best-of-N selector (the V1 paper's pointwise baseline, Sec. 3): argmax of
+    """Pointwise best-of-N selector (the V1 paper's pointwise baseline, §4): argmax of
     the per-candidate scores, ties to the lower index; NaN (unparsed) scores never win."""
     scores = np.asarray(list(scores) if not isinstance(scores, np.ndarray) else scores,
                         dtype=float)

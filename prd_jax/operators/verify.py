@@ -5,7 +5,7 @@ returns the judge calls it made for the budgets. Scores are exact (ratings, mu, 
 consumers rank them with `argmax` / stable `argsort`, so equal scores go to the lower
 index, as in the V1 paper's pointwise baseline.
 
-The V1 tournaments (arXiv 2603.04304 §3, Alg. 2-4) run inside the compiled program: a
+The V1-Infer tournaments (arXiv 2603.04304 §4, Alg. 2-4) run inside the compiled program: a
 `lax.while_loop` makes one batched pairwise-judge call per tournament batch, and the
 pairing between batches is the host code of `tournament.py` run through
 `jax.pure_callback`. The callback is stateless: it replays the problem's tournament
@@ -52,16 +52,18 @@ class Selection:
         return [dataclasses.replace(c, round=round_index) for c in self.calls]
 
 
-def _flat_candidates(cand_t, cand_l, spec, stop_ids):
+def _flat_candidates(cand_t, cand_l, spec, ctx):
+    """Candidates `[B, N, L]` as a judge quotes them (`calls.single`: no thinking block)."""
     b, n, length = cand_t.shape
-    (tok, lens), _ = single(cand_t.reshape(b * n, length), cand_l.reshape(b * n), spec, stop_ids)
+    (tok, lens), _ = single(cand_t.reshape(b * n, length), cand_l.reshape(b * n), spec, ctx)
     return tok.reshape(b, n, -1), lens.reshape(b, n)
 
 
 def pointwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec) -> Selection:
-    """Rate each candidate 1..10 with the pointwise judge; score = rating (V1 §3 baseline)."""
+    """Rate each candidate 1..10 with the pointwise judge; score = rating (V1's pointwise
+    self-verification baseline, compared with V1-Infer in §4)."""
     b, n, _ = cand_t.shape
-    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx.sampling.stop_ids)
+    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx)
     segs = fill(ctx.templates[f"pointwise_{judge.domain}"], b * n,
                 {"problem": problem_rows(problems, n), "candidate": [(tok.reshape(b * n, -1), lens.reshape(-1))]})
     r = judges.rate(lm, segs, per_sample(key, n), ctx, judge, "pointwise")
@@ -142,7 +144,7 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
     if n < 2:
         return Selection(jnp.zeros((b, n)), jnp.ones((b, n), bool), [], jnp.zeros((b,), jnp.int32))
     budget, w, t_max = tournament_budget(method, n, judge)
-    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx.sampling.stop_ids)
+    tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx)
     seeds = jax.vmap(lambda k: jax.random.randint(k, (), 0, 2 ** 31 - 1))(key)
     host = functools.partial(_host_step, method, n, budget, judge, w)
     shapes = (jax.ShapeDtypeStruct((b, w, 2), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32),
@@ -161,7 +163,7 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
         segs = fill(tpl, b * w, {"problem": prob, "candidate_a": [side(pairs[..., 0], valid)],
                                  "candidate_b": [side(pairs[..., 1], valid)]})
         r = judges.rate(lm, segs, per_sample(jax.vmap(jax.random.fold_in, (0, None))(key, t), w),
-                        ctx, judge, "pairwise")
+                        ctx, judge, "pairwise", name=f"judge.pairwise[{budget} calls]")  # traced once
         hp, hr, hc = hp.at[:, t].set(pairs), hr.at[:, t].set(r.rating.reshape(b, w, 2)), hc.at[:, t].set(count)
         log_in = log_in.at[:, t].set(r.in_tokens.reshape(b, w) * valid)
         log_out = log_out.at[:, t].set(r.out_tokens.reshape(b, w) * valid)

@@ -66,8 +66,9 @@ def rloo(rewards, mask: Optional[Array] = None) -> Array:
 
 
 def batch_mean_baseline(rewards, mask: Optional[Array] = None) -> Array:
-    """`r - mean over all valid entries of the batch`; the V1-PairRL verifier baseline
-    (V1, arXiv 2603.04304, §5)."""
+    """`r - mean over all valid entries of the batch`: the V1-PairRL verifier baseline when
+    `rl.verifier_baseline="batch"` (V1, arXiv 2603.04304, §5); the default there is the
+    per-prompt group mean (`dr_grpo` over the verifier rows of one prompt)."""
     rewards, mask = _prepare(rewards, mask)
     mean = jnp.sum(rewards * mask) / jnp.maximum(jnp.sum(mask), 1.0)
     return (rewards - mean) * mask

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 Array = jax.Array
 SumCount = Tuple[Array, Array]
 
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 POLICY_KINDS = ("cispo", "ppo")
 
 
@@ -37,48 +37,66 @@ def _check_aggregation(aggregation: str) -> None:
         raise ValueError(f"aggregation={aggregation!r}; allowed: {AGGREGATIONS}")
 
 
-def aggregate(per_token: Array, weights: Array, mode: str = "token_mean") -> SumCount:
-    """Reduce `per_token [B, T]` under `weights [B, T]` to `(sum, count)`.
+def aggregate(per_token: Array, weights: Array, mode: str = "token_mean", norm_tokens: int = 0) -> SumCount:
+    """Reduce `per_token [B, T]` under `weights [B, T]` to `(sum, count)`; the loss is sum / count.
 
     - "token_mean": sum of `w * x` over all tokens; count = sum of `w`.
     - "seq_mean_token_mean": each sequence's weighted mean, summed over sequences; count =
       number of sequences with positive total weight.
+    - "seq_mean_token_sum_norm": Dr. GRPO's constant normaliser (Liu et al., arXiv 2503.20783,
+      §3): sum of `w * x` over all tokens; count = (sequences with positive total weight) x
+      `norm_tokens`, a constant that does not depend on the sequences' lengths. `norm_tokens`
+      defaults (0) to the row width T, which is fixed per config (verl's
+      "seq-mean-token-sum-norm" likewise divides by the padded width); Dr. GRPO names the max
+      generation length. Any constant only rescales the learning rate (our wording). Rows of
+      zero weight (padding slots) are not sequences and do not count.
     """
     _check_aggregation(mode)
     if per_token.shape != weights.shape:
         raise ValueError(f"weights must have the shape of per_token {per_token.shape}; got {weights.shape}")
+    if norm_tokens < 0:
+        raise ValueError(f"norm_tokens={norm_tokens}; must be >= 0 (0 = the row width T)")
     x, w = per_token.astype(jnp.float32), weights.astype(jnp.float32)
     if mode == "token_mean":
         return jnp.sum(w * x), jnp.sum(w)
     row_weight = jnp.sum(w, axis=-1)
     live = row_weight > 0
+    if mode == "seq_mean_token_sum_norm":
+        norm = float(norm_tokens or per_token.shape[-1])
+        return jnp.sum(w * x), jnp.sum(live.astype(jnp.float32)) * norm
     row_mean = jnp.sum(w * x, axis=-1) / jnp.where(live, row_weight, 1.0)
     return jnp.sum(jnp.where(live, row_mean, 0.0)), jnp.sum(live.astype(jnp.float32))
 
 
 def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Array, *,
                 kind: str = "cispo", eps_low: float = 0.2, eps_high: float = 0.28,
-                aggregation: str = "token_mean") -> Tuple[Array, Array, Dict[str, SumCount]]:
+                aggregation: str = "token_mean",
+                cispo_lower_clip: bool = False) -> Tuple[Array, Array, Dict[str, SumCount]]:
     """Clipped policy-gradient loss; returns `(loss_sum, count, metrics)`.
 
     `new_logp, old_logp, weights: [B, T]`; `advantages: [B]` (one per sequence) or `[B, T]`.
-    With ratio `r = exp(new - old)` and `clip(r) = clip(r, 1 - eps_low, 1 + eps_high)`:
+    With ratio `r = exp(new - old)`, `lo = 1 - eps_low` and `hi = 1 + eps_high`:
 
-    - "ppo": `-min(r A, clip(r) A)` with asymmetric ("clip-higher") bounds (DAPO,
-      arXiv 2503.14476, §3.1). Clipped tokens carry no gradient.
-    - "cispo": `-stop_gradient(clip(r)) * A * new_logp` (MiniMax-M1, arXiv 2506.13585, §3.1;
-      the RL objective of the PDR paper, arXiv 2510.01123). Every token keeps a gradient;
-      only its importance weight is clipped.
+    - "ppo": `-min(r A, clip(r, lo, hi) A)` with asymmetric ("clip-higher") bounds (DAPO,
+      arXiv 2503.14476, §3.1). Clipped tokens carry no gradient. Always two-sided.
+    - "cispo": `-stop_gradient(w) * A * new_logp` with the importance weight `w = min(r, hi)`,
+      clipped from above only (MiniMax-M1, arXiv 2506.13585, §3.1: eps_low^IS is set large,
+      i.e. no lower bound; the RL objective of the PDR paper, arXiv 2510.01123). Every token
+      keeps a gradient. `cispo_lower_clip=True` (our option) also bounds it below:
+      `w = clip(r, lo, hi)`; only then is `eps_low` used by CISPO.
 
     Metrics (token-weighted `(sum, count)`): "clip_fraction", the share of tokens where
     clipping is active (PPO: where the clipped term is the minimum and differs; CISPO: where
-    `r` lies outside the bounds), and "ratio", the mean of `r`.
+    `r > hi`, or `r < lo` with the lower clip on), and "ratio", the mean of `r`.
     """
     if kind not in POLICY_KINDS:
         raise ValueError(f"policy loss kind={kind!r}; allowed: {POLICY_KINDS}")
     _check_aggregation(aggregation)
     if not (eps_low >= 0 and eps_high >= 0):
         raise ValueError(f"eps_low={eps_low}, eps_high={eps_high}; both must be >= 0")
+    if cispo_lower_clip and kind != "cispo":
+        raise ValueError(f"cispo_lower_clip=True needs kind='cispo'; got kind={kind!r} "
+                         "(PPO's clip is always two-sided)")
     for name, value in (("old_logp", old_logp), ("weights", weights)):
         if value.shape != new_logp.shape:
             raise ValueError(f"{name} must have the shape of new_logp {new_logp.shape}; got {value.shape}")
@@ -94,16 +112,20 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
     adv = jnp.broadcast_to(adv, new_logp.shape)
     lo, hi = 1.0 - eps_low, 1.0 + eps_high
     ratio = jnp.exp(new_logp - old_logp)
-    clipped_ratio = jnp.clip(ratio, lo, hi)
 
     if kind == "ppo":
         # -min(rA, clip(r)A), written with an explicit mask so ties at the bounds keep the
         # unclipped gradient.
+        clipped_ratio = jnp.clip(ratio, lo, hi)
         is_clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
         per_token = jnp.where(is_clipped, -jax.lax.stop_gradient(clipped_ratio) * adv, -ratio * adv)
     else:
-        is_clipped = (ratio > hi) | (ratio < lo)
-        per_token = -jax.lax.stop_gradient(clipped_ratio) * adv * new_logp
+        is_clipped = ratio > hi
+        is_weight = jnp.minimum(ratio, hi)
+        if cispo_lower_clip:
+            is_clipped = is_clipped | (ratio < lo)
+            is_weight = jnp.maximum(is_weight, lo)
+        per_token = -jax.lax.stop_gradient(is_weight) * adv * new_logp
 
     loss_sum, count = aggregate(per_token, weights, aggregation)
     w = weights.astype(jnp.float32)
@@ -133,3 +155,62 @@ def aux_sft_weights(weights: Array, correct: Array) -> Array:
     if correct.shape != weights.shape[:1]:
         raise ValueError(f"correct must have shape [B]={weights.shape[:1]}; got {correct.shape}")
     return weights * correct.astype(bool).astype(weights.dtype)[:, None]
+
+
+AUX_SFT_NORMALISERS = ("correct_token_mean", "policy")
+
+
+def aux_sft_scale(weights: Array, correct: Array, aggregation: str = "token_mean", norm_tokens: int = 0,
+                  blocks: int = 1) -> Array:
+    """Per-row factor `[B]` of the "correct_token_mean" normaliser: `correct[b] * N / C`.
+
+    N is the policy loss's count under `aggregation` (what `aggregate` returns), C the number
+    of completion tokens of correct rollouts (weights on rows with `correct > 0`). Both are
+    taken per block of B / `blocks` consecutive rows, one block per optimizer update (RL
+    mini-batches), so pass the whole (global) batch: then `sum(scale x NLL)` over a block,
+    summed over any split of it into microbatches and divided by the block's summed policy
+    counts, is the block's mean NLL over correct-rollout tokens, exactly. 0 on incorrect
+    rows and in a block without a correct token.
+    """
+    if correct.shape != weights.shape[:1]:
+        raise ValueError(f"correct must have shape [B]={weights.shape[:1]}; got {correct.shape}")
+    if blocks < 1 or weights.shape[0] % blocks:
+        raise ValueError(f"blocks={blocks}; must be >= 1 and divide the batch's {weights.shape[0]} rows")
+    w = jnp.asarray(weights, jnp.float32).reshape(blocks, -1, weights.shape[-1])
+    is_correct = (jnp.asarray(correct) > 0).reshape(blocks, -1)
+    n = jax.vmap(lambda wb: aggregate(jnp.zeros_like(wb), wb, aggregation, norm_tokens)[1])(w)  # [blocks]
+    c = jnp.sum(jnp.where(is_correct[..., None], w, 0.0), axis=(1, 2))  # [blocks]
+    ratio = jnp.where(c > 0, n / jnp.where(c > 0, c, 1.0), 0.0)
+    return jnp.where(is_correct, ratio[:, None], 0.0).reshape(-1)
+
+
+def aux_sft_term(logp: Array, weights: Array, correct: Array, *, normaliser: str = "correct_token_mean",
+                 aggregation: str = "token_mean", norm_tokens: int = 0,
+                 scale: Array = None) -> Tuple[Array, SumCount]:
+    """The auxiliary SFT (NLL) term on correct rollouts, as a share of the policy loss's sum.
+
+    Returns `(aux_sum, nll)`: add `coef * aux_sum` to the policy `loss_sum`; after the one
+    division by the policy count N the term is (C = correct-rollout completion tokens)
+    - "correct_token_mean": `sum_correct(-logp) / C`, the mean NLL over correct-rollout tokens
+      (VAPO, arXiv 2504.05118, its "Positive Example LM Loss", mu = 0.1). `scale [B]` is
+      `aux_sft_scale` of the whole batch; None computes it from these arrays, which is the
+      same only when they are the whole batch (one microbatch).
+    - "policy": the policy loss's own normaliser, `aggregate(-logp, correct rows, aggregation)`
+      / N; with "token_mean" that is `sum_correct(-logp) / (all completion tokens)`, i.e.
+      the correct-token mean times the share of correct tokens (our wording).
+    `nll` is the metric `(sum_correct(-logp), C)`, the mean NLL of correct-rollout tokens.
+    The PDR paper (arXiv 2510.01123) gives alpha = 0.1 and not the normaliser (ours).
+    """
+    if normaliser not in AUX_SFT_NORMALISERS:
+        raise ValueError(f"aux SFT normaliser={normaliser!r}; allowed: {AUX_SFT_NORMALISERS}")
+    nll = -jnp.asarray(logp, jnp.float32)
+    aux_w = aux_sft_weights(jnp.asarray(weights, jnp.float32), correct)
+    metric = (jnp.sum(aux_w * nll), jnp.sum(aux_w))
+    if normaliser == "policy":
+        return aggregate(nll, aux_w, aggregation, norm_tokens)[0], metric
+    if scale is None:
+        scale = aux_sft_scale(weights, correct, aggregation, norm_tokens)
+    if scale.shape != weights.shape[:1]:
+        raise ValueError(f"scale must have shape [B]={weights.shape[:1]}; got {scale.shape}")
+    scale = jax.lax.stop_gradient(jnp.asarray(scale, jnp.float32))
+    return jnp.sum(aux_w * scale[:, None] * nll), metric

@@ -8,7 +8,11 @@
   completion tokens get gradient.
 - V1-PairRL / PointRL rows: verifier prompts built from the step's own standard rollouts,
   answered by the policy (reasoning + rating tags), rewarded by the threshold reward of
-  `verifier_reward`. Strict pairing: only pairs with at least one correct solution.
+  `verifier_reward`. Strict pairing: only pairs with at least one correct solution. The
+  verifier advantage is the reward minus the mean of the same prompt's verifier rows
+  (`rl.verifier_baseline="group"`, Dr. GRPO's group baseline) or of the whole step's
+  (`"batch"`). `rl.verifier_samples="frozen_base"` quotes the initial model's rollouts instead
+  of the policy's (the non-co-evolving ablation; `rl.RLStage` draws them).
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from prd_jax.host import to_host
 from prd_jax.operators.judges import RatingParser
 
 
-# V1-PairRL objective (V1 paper §5): Dr.GRPO advantages, PPO clip-higher 0.2 / 0.28, no KL and
-# no auxiliary SFT; pairwise verifier on strict pairs, threshold reward 0.2, lambda = 1. The
-# PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`.
+# V1-PairRL objective (V1 paper §5): Dr.GRPO advantages and loss aggregation (the constant
+# normaliser, arXiv 2503.20783 §3), PPO clip-higher 0.2 / 0.28, no KL and no auxiliary SFT;
+# pairwise verifier on strict pairs, threshold reward 0.2, lambda = 1, the verifier baseline
+# per prompt group as Dr.GRPO's. The PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`
+# (and set `rl.minibatches` to suit their grad_accum_steps).
 PAIRRL_OBJECTIVE = dict(advantage="dr_grpo", loss="ppo", eps_low=0.2, eps_high=0.28, kl_coef=0.0, aux_sft_coef=0.0,
-                        verifier="pairwise", verifier_coef=1.0, verifier_threshold=0.2, verifier_pairs_per_prompt=4)
+                        aggregation="seq_mean_token_sum_norm", verifier="pairwise", verifier_coef=1.0,
+                        verifier_threshold=0.2, verifier_pairs_per_prompt=4, verifier_baseline="group")
 
 
 def verifier_reward(ratings: np.ndarray, labels: np.ndarray, threshold: float = 0.2) -> np.ndarray:
@@ -55,6 +62,25 @@ def strict_pairs(correct: np.ndarray, rng: np.random.Generator, num_pairs: int) 
     return out
 
 
+def pointwise_subset(g: int, rng: np.random.Generator, num: int) -> list:
+    """`num` of a group's `g` rollouts, uniformly without replacement, in index order (all of
+    them, without drawing, when num >= g): the rollouts PointRL verifies."""
+    return list(range(g)) if num >= g else sorted(rng.choice(g, size=num, replace=False).tolist())
+
+
+def verifier_advantages(reward: np.ndarray, valid: np.ndarray, per_prompt: int, baseline: str) -> np.ndarray:
+    """Verifier advantages `[P * per_prompt]`: reward minus the mean over the valid rows of the
+    same prompt ("group": Dr. GRPO, arXiv 2503.20783 §3, applied to the verifier rows) or over
+    all valid rows ("batch"); invalid rows (padding slots) get 0."""
+    from prd_jax.train import advantages as adv_lib
+
+    kind = {"group": "dr_grpo", "batch": "batch_mean"}.get(baseline)
+    if kind is None:
+        raise ValueError(f"verifier baseline={baseline!r}; allowed: ('group', 'batch')")
+    r = np.asarray(reward, np.float32).reshape(-1, per_prompt)
+    return np.asarray(adv_lib.compute(kind, r, np.asarray(valid, bool).reshape(-1, per_prompt))).reshape(-1)
+
+
 def pairwise_winner_agrees(ratings: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Whether the pair's higher-rated side is a correct one (ties and unparsed: no), per row."""
     a, b = ratings[:, 0], ratings[:, 1]
@@ -82,14 +108,16 @@ class OperatorRollouts:
     """PDR-round rollouts through the eval operator (`runner.run_operator` with traces)."""
 
     def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int):
-        from prd_jax.operators.runner import make_context
+        from prd_jax.operators.runner import MathGrader, make_context
         from prd_jax.operators.specs import Sampling
 
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
+        # the grader (oracle selectors, PDR §4.3) grades as the RL reward does (rewards.math.grade)
         self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids),
                                                     rl.max_rows_per_call),
-                                k_max=max(spec.schedule), kappa=spec.kappa, trace=True, templates=rl.templates)
+                                grader=MathGrader(tokenizer), k_max=max(spec.schedule), kappa=spec.kappa,
+                                trace=True, templates=rl.templates)
         self.drafts = rl.gradient_targets == "drafts_and_refine"
 
     def _problems(self, chosen):
@@ -104,7 +132,8 @@ class OperatorRollouts:
         from prd_jax.operators.lm import ModelLM
         from prd_jax.operators.runner import run_operator
 
-        return run_operator(ModelLM(params, self.cfg, self.tok.pad_id, self.mesh), problems, keys, self.spec, self.ctx)
+        lm = ModelLM(params, self.cfg, self.tok.pad_id, self.mesh, self.ctx.sampling.max_rows)
+        return run_operator(lm, problems, keys, self.spec, self.ctx)
 
     def widths(self, params) -> list:
         """Sequence widths `prompt + completion - 1` of the trained rounds (from shapes only)."""
@@ -164,11 +193,12 @@ class VerifierRollouts:
 
         from prd_jax.operators.runner import make_context
         from prd_jax.operators.specs import Sampling
+        from prd_jax.train.rl import verifier_rows_per_prompt
 
         self.rl, self.cfg, self.tok, self.mesh = rl, cfg, tokenizer, mesh
         self.pairwise = rl.verifier == "pairwise"
         self.g = rl.samples_per_prompt
-        self.per_prompt = rl.verifier_pairs_per_prompt if self.pairwise else self.g
+        self.per_prompt = verifier_rows_per_prompt(rl)
         self.rows = num_prompts * self.per_prompt
         ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1,
                            templates=rl.templates)
@@ -214,13 +244,16 @@ class VerifierRollouts:
         import jax
 
         from prd_jax.operators.assembly import truncate_head_tail
-        from prd_jax.operators.calls import strip_stop
+        from prd_jax.operators.calls import strip_stop, strip_thinking
+        from prd_jax.operators.runner import thinking_marker
         from prd_jax.train.rl import sequences_to_batch
 
         g, c = self.g, self.rl.verifier_candidate_max_tokens
-        # quoted as the operators quote a candidate: final stop token dropped, head + tail kept
+        # quoted as the operators quote a candidate (calls.quotable): final stop token and
+        # thinking block dropped, head + tail kept
         comp_tok = jax.numpy.asarray(comp_tok)
         lengths = strip_stop(comp_tok, jax.numpy.asarray(comp_len), tuple(self.tok.stop_ids))
+        comp_tok, lengths = strip_thinking(comp_tok, lengths, *thinking_marker(self.tok))
         cand_t, cand_l, _ = to_host(truncate_head_tail(comp_tok, lengths, c, c // 4))
         slots = []  # (prompt index, i, j or None, valid)
         admissible = total = 0
@@ -233,7 +266,7 @@ class VerifierRollouts:
                 slots += [(p, p * g + i, p * g + j, True) for i, j in pairs]
                 slots += [(p, p * g, p * g, False)] * (self.per_prompt - len(pairs))
             else:
-                slots += [(p, p * g + i, p * g + i, True) for i in range(g)]
+                slots += [(p, p * g + i, p * g + i, True) for i in pointwise_subset(g, rng, self.per_prompt)]
         idx = np.array([[s[1], s[2]] for s in slots])
         valid = np.array([s[3] for s in slots])
         labels = correct[idx] if self.pairwise else correct[idx[:, :1]]
@@ -243,8 +276,7 @@ class VerifierRollouts:
         ratings = parse_ratings(self.tok, out.tokens, out.lengths, self.pairwise)
         reward = verifier_reward(ratings, labels, self.rl.verifier_threshold) * valid
         n_valid = max(int(valid.sum()), 1)
-        baseline = reward.sum() / n_valid  # V1 §5: mean baseline over the batch
-        adv = np.where(valid, reward - baseline, 0.0) * self.rl.verifier_coef
+        adv = verifier_advantages(reward, valid, self.per_prompt, self.rl.verifier_baseline) * self.rl.verifier_coef
         batch = sequences_to_batch(prompts, plen, out.tokens, out.lengths, out.logprobs)
         batch["weights"] = batch["weights"] * valid[:, None]
         batch.update(advantages=adv.astype(np.float32), correct=np.zeros((self.rows,), np.float32))

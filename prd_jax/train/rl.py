@@ -3,14 +3,18 @@
 One trainer step is one rollout batch: P prompts x G samples from the in-graph sampler
 (prefill-once fan-out), recording the sampling policy's logprobs; rewards from
 `prd_jax.rewards` (math grading on the host); group advantages (GRPO / Dr.GRPO / RLOO);
-then `rl.updates_per_batch` (mu) optimizer updates on that batch inside one compiled step.
+then optimizer updates on that batch inside one compiled step: `rl.updates_per_batch` epochs
+over it, each split into `rl.minibatches` mini-batches with one update apiece
+(`minibatch_updates`), so from the second update on the ratio to the sampling policy moves
+and the clip bounds act (PPO, arXiv 1707.06347, §5, Alg. 1: K epochs over minibatches).
 
 The loss (per completion token, `losses.policy_loss`): PPO-clip with asymmetric
-eps_low/eps_high or CISPO, aggregated token-mean or sequence-mean-token-mean; plus
+eps_low/eps_high or CISPO, aggregated token-mean, sequence-mean-token-mean or with Dr.GRPO's
+constant normaliser (`losses.aggregate`); plus
 `kl_coef` x k3 KL to the frozen initial policy and `aux_sft_coef` x NLL on the tokens of
-correct rollouts (the PDR paper's auxiliary SFT term, alpha = 0.1). Both extra terms use
-the policy loss's denominator (all completion tokens), so (sum, count) stays exact under
-accumulation.
+correct rollouts (the PDR paper's auxiliary SFT term, alpha = 0.1). The KL term uses the
+policy loss's denominator; the SFT term's normaliser is `rl.aux_sft_normaliser` (RLConfig),
+exact under accumulation given the batch's `aux_sft_scale`.
 """
 
 from __future__ import annotations
@@ -26,15 +30,33 @@ from prd_jax.host import to_host
 from prd_jax.model.decoder import forward
 from prd_jax.operators import prompts as P
 from prd_jax.train import advantages as adv_lib
-from prd_jax.train.losses import aggregate, aux_sft_weights, k3_kl, policy_loss, token_entropy, token_logprobs
+from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, aggregate, aux_sft_scale, aux_sft_term, k3_kl,
+                                  policy_loss, token_entropy, token_logprobs)
 
 GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
+VERIFIER_BASELINES = ("group", "batch")  # per prompt group (Dr. GRPO) or the whole step's verifier rows
+VERIFIER_SAMPLES = ("policy", "frozen_base")  # whose rollouts the verifier rows quote
 
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-    """Validated `config.rl` (field errors name the field)."""
+    """Validated `config.rl` (field errors name the field).
+
+    - `loss="cispo"` clips the importance weight from above only, `min(r, 1 + eps_high)`
+      (MiniMax-M1, arXiv 2506.13585, §3.1: no lower bound), so `eps_low` is unused unless
+      `cispo_lower_clip=True` (ours) asks for `clip(r, 1 - eps_low, 1 + eps_high)`. PPO's clip
+      is always two-sided.
+    - `aux_sft_coef` x the NLL of correct-rollout tokens, normalised by `aux_sft_normaliser`:
+      "correct_token_mean" (default): the mean over correct-rollout completion tokens, an SFT
+      loss on the correct samples (as VAPO's positive-example LM loss, arXiv 2504.05118);
+      exact per optimizer update when the batch carries `aux_sft_scale`
+      (`losses.aux_sft_scale` of the global batch, one block per mini-batch), else computed
+      over each microbatch. "policy": the policy loss's denominator (token_mean: all
+      completion tokens, correct or not), i.e. the correct-token mean times the correct
+      share. The PDR paper (arXiv 2510.01123, §3.3) gives alpha = 0.1 on correct rollouts,
+      not the normaliser; the default is our reading.
+    """
 
     prompts_per_step: int = 4
     samples_per_prompt: int = 8
@@ -49,7 +71,10 @@ class RLConfig:
     aggregation: str = "token_mean"
     kl_coef: float = 0.0
     aux_sft_coef: float = 0.1
-    updates_per_batch: int = 1
+    aux_sft_normaliser: str = "correct_token_mean"  # or "policy" (losses.aux_sft_term)
+    cispo_lower_clip: bool = False  # CISPO: also clip the IS weight below at 1 - eps_low (ours)
+    updates_per_batch: int = 1  # epochs over each rollout batch
+    minibatches: int = 1  # optimizer updates per epoch, each on 1/minibatches of the rows
     # operator-consistent RL (PDR paper §3.3): share of each step's prompts given PDR-round rollouts
     operator_fraction: float = 0.0
     operator: Any = None  # PDR spec (from a dict of PDR fields)
@@ -61,6 +86,9 @@ class RLConfig:
     verifier_pairs_per_prompt: int = 4
     verifier_max_new_tokens: int = 64
     verifier_candidate_max_tokens: int = 128
+    verifier_pointwise_per_prompt: int = 0  # pointwise rows per prompt (0 = every one of its G rollouts)
+    verifier_baseline: str = "group"
+    verifier_samples: str = "policy"
     seed_offset: int = 0
     templates: str = "default"  # prompt set (operators/prompts.TEMPLATE_SETS) of rollouts and judges
     # memory bounds (issue: rollouts must fit the pod): decode rows in flight per sampler call
@@ -71,7 +99,7 @@ class RLConfig:
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
-                  "updates_per_batch"):
+                  "updates_per_batch", "minibatches"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
         for f in ("max_rows_per_call", "max_problem_tokens"):
@@ -84,10 +112,18 @@ class RLConfig:
             raise ValueError(f"config.rl.advantage={self.advantage!r}; allowed: {adv_lib.KINDS}")
         if self.loss not in ("ppo", "cispo"):
             raise ValueError(f"config.rl.loss={self.loss!r}; allowed: ('ppo', 'cispo')")
-        if self.aggregation not in ("token_mean", "seq_mean_token_mean"):
-            raise ValueError(f"config.rl.aggregation={self.aggregation!r}; allowed: token_mean, seq_mean_token_mean")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"config.rl.aggregation={self.aggregation!r}; allowed: {AGGREGATIONS}")
         if self.kl_coef < 0 or self.aux_sft_coef < 0:
             raise ValueError("config.rl.kl_coef and config.rl.aux_sft_coef must be >= 0")
+        if self.aux_sft_normaliser not in AUX_SFT_NORMALISERS:
+            raise ValueError(f"config.rl.aux_sft_normaliser={self.aux_sft_normaliser!r}; "
+                             f"allowed: {AUX_SFT_NORMALISERS}")
+        if not isinstance(self.cispo_lower_clip, bool):
+            raise ValueError(f"config.rl.cispo_lower_clip={self.cispo_lower_clip!r}; allowed: True, False")
+        if self.cispo_lower_clip and self.loss != "cispo":
+            raise ValueError(f"config.rl.cispo_lower_clip=True needs config.rl.loss='cispo'; got "
+                             f"{self.loss!r} (PPO's clip is always two-sided)")
         if not 0.0 <= self.operator_fraction <= 1.0:
             raise ValueError(f"config.rl.operator_fraction={self.operator_fraction}; allowed: [0, 1]")
         if self.gradient_targets not in GRADIENT_TARGETS:
@@ -96,6 +132,16 @@ class RLConfig:
             raise ValueError(f"config.rl.templates={self.templates!r}; allowed: {sorted(P.TEMPLATE_SETS)}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"config.rl.verifier={self.verifier!r}; allowed: {VERIFIERS}")
+        if self.verifier_baseline not in VERIFIER_BASELINES:
+            raise ValueError(f"config.rl.verifier_baseline={self.verifier_baseline!r}; allowed: {VERIFIER_BASELINES}")
+        if self.verifier_samples not in VERIFIER_SAMPLES:
+            raise ValueError(f"config.rl.verifier_samples={self.verifier_samples!r}; allowed: {VERIFIER_SAMPLES}")
+        if self.verifier_samples == "frozen_base" and self.verifier == "none":
+            raise ValueError("config.rl.verifier_samples='frozen_base' needs config.rl.verifier "
+                             "('pairwise' or 'pointwise'); it has no verifier rows to feed")
+        if not 0 <= self.verifier_pointwise_per_prompt <= self.samples_per_prompt:
+            raise ValueError(f"config.rl.verifier_pointwise_per_prompt={self.verifier_pointwise_per_prompt}; allowed: "
+                             f"0 (every rollout) .. samples_per_prompt={self.samples_per_prompt}")
         if self.operator_fraction > 0:
             from prd_jax.operators.specs import PDR
 
@@ -127,16 +173,47 @@ class RLConfig:
         return cls(**rl)
 
 
+def verifier_rows_per_prompt(rl: RLConfig) -> int:
+    """V1 verifier rows per standard prompt: its pairs (pairwise) or its pointwise verifications."""
+    if rl.verifier == "pairwise":
+        return rl.verifier_pairs_per_prompt
+    return (rl.verifier_pointwise_per_prompt or rl.samples_per_prompt) if rl.verifier == "pointwise" else 0
+
+
+def verifier_budget(rl: RLConfig) -> dict:
+    """Per-step verifier budget (upper bounds): rows, candidate tokens quoted in their prompts
+    (2 per pairwise row, 1 per pointwise row, `verifier_candidate_max_tokens` each) and tokens
+    they generate (`verifier_max_new_tokens` each). PointRL is budget-matched to PairRL when
+    these agree (our reading of the issue's "same rows and tokens"; V1 §5 gives no budget)."""
+    p_std = rl.prompts_per_step - int(round(rl.prompts_per_step * rl.operator_fraction))
+    rows = p_std * verifier_rows_per_prompt(rl)
+    slots = 2 if rl.verifier == "pairwise" else 1
+    return {"rows": rows, "candidate_tokens": rows * slots * rl.verifier_candidate_max_tokens,
+            "generated_tokens": rows * rl.verifier_max_new_tokens}
+
+
 def batch_rows(rl: RLConfig) -> int:
     """Training rows per step: standard G per prompt, operator G refines (+ G x M drafts), verifier rows."""
     g = rl.samples_per_prompt
     p_op = int(round(rl.prompts_per_step * rl.operator_fraction))
     p_std = rl.prompts_per_step - p_op
     drafts = rl.operator.schedule[0] if (p_op and rl.gradient_targets == "drafts_and_refine") else 0
-    rows = p_std * g + p_op * g * (1 + drafts)
-    if rl.verifier != "none":
-        rows += p_std * (rl.verifier_pairs_per_prompt if rl.verifier == "pairwise" else g)
-    return rows
+    return p_std * g + p_op * g * (1 + drafts) + verifier_budget(rl)["rows"]
+
+
+def initial_params(config, cfg, mesh):
+    """The params a run started from, rebuilt from `config.model` as `trainer.fit` got them
+    (`setup.build_model`; random init: the key `state.create_state` draws). Ours: a resumed
+    run needs them for the frozen KL reference and frozen-base verifier candidates."""
+    from prd_jax.model.decoder import init_params
+    from prd_jax.model.weights import param_shardings
+    from prd_jax.train.setup import build_model
+
+    _, params, _ = build_model(config, mesh)
+    if params is None:
+        init_key = jax.random.split(jax.random.key(config.seed))[0]
+        params = jax.jit(lambda: init_params(cfg, init_key), out_shardings=param_shardings(cfg, mesh))()
+    return params
 
 
 def rl_loss_fn(cfg, mesh, rl: RLConfig):
@@ -146,7 +223,8 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
         logp = token_logprobs(logits, b["targets"])
         w = b["weights"]
         total, count, metrics = policy_loss(logp, b["old_logp"], b["advantages"], w, kind=rl.loss,
-                                            eps_low=rl.eps_low, eps_high=rl.eps_high, aggregation=rl.aggregation)
+                                            eps_low=rl.eps_low, eps_high=rl.eps_high, aggregation=rl.aggregation,
+                                            cispo_lower_clip=rl.cispo_lower_clip)
         metrics = dict(metrics)
         metrics["entropy"] = aggregate(jax.lax.stop_gradient(token_entropy(logits)), w)
         kl = k3_kl(logp, b["ref_logp"])
@@ -154,8 +232,10 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
         if rl.kl_coef:
             total = total + rl.kl_coef * aggregate(kl, w, rl.aggregation)[0]
         if rl.aux_sft_coef:
-            sft_w = aux_sft_weights(w, b["correct"])
-            total = total + rl.aux_sft_coef * aggregate(-logp, sft_w, rl.aggregation)[0]
+            # scale: the update's global N / C when the batch carries it (losses.aux_sft_scale)
+            aux, metrics["aux_sft_nll"] = aux_sft_term(logp, w, b["correct"], normaliser=rl.aux_sft_normaliser,
+                                                       aggregation=rl.aggregation, scale=b.get("aux_sft_scale"))
+            total = total + rl.aux_sft_coef * aux
         return total, count, metrics
 
     return loss
@@ -222,8 +302,13 @@ class RLStage:
         self.num_standard = rl.prompts_per_step - self.num_operator
         if rl.verifier != "none" and self.num_standard == 0:
             raise ValueError("config.rl.verifier needs standard rollouts: operator_fraction must be < 1")
+        accum = config.get("grad_accum_steps", 1)
+        if accum % rl.minibatches:
+            raise ValueError(f"config.rl.minibatches={rl.minibatches} must divide config.grad_accum_steps={accum} "
+                             "(a mini-batch is a whole number of microbatches)")
         self.epoch, self.offset = 0, 0
         self.ref_params = None
+        self.initial_params = None  # the run's starting params (KL reference, frozen-base candidates)
         self.reward_fn = _math_reward  # (completion text, gold answer) -> reward
         self._generate = jax.jit(self._rollout_fn, static_argnames=("scfg",))
         self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, mesh, rl.operator, self.num_operator)
@@ -268,11 +353,29 @@ class RLStage:
         shapes = {k: ((self.rows, t), jnp.float32) for k in ("weights", "old_logp", "ref_logp")}
         shapes.update({k: ((self.rows, t), jnp.int32) for k in ("inputs", "targets", "positions", "segment_ids")})
         shapes.update(advantages=((self.rows,), jnp.float32), correct=((self.rows,), jnp.float32))
+        if self._aux_scaled:
+            shapes["aux_sft_scale"] = ((self.rows,), jnp.float32)
         return {k: jax.ShapeDtypeStruct(s, d) for k, (s, d) in shapes.items()}
+
+    @property
+    def _aux_scaled(self) -> bool:
+        """Whether batches carry `aux_sft_scale` (the correct-token-mean SFT term's normaliser)."""
+        return bool(self.rl.aux_sft_coef) and self.rl.aux_sft_normaliser == "correct_token_mean"
 
     @property
     def updates_per_batch(self) -> int:
         return self.rl.updates_per_batch
+
+    @property
+    def minibatches(self) -> int:
+        return self.rl.minibatches
+
+    def _initial(self, state, step: int):
+        """The starting params: the state's at step 0, else rebuilt from the config (resume)."""
+        if self.initial_params is None:
+            self.initial_params = (jax.tree.map(jnp.copy, state.params) if step == 0
+                                   else initial_params(self.config, self.cfg, self.mesh))
+        return self.initial_params
 
     def loss_fn(self):
         return rl_loss_fn(self.cfg, self.mesh, self.rl)
@@ -329,7 +432,7 @@ class RLStage:
 
         rl = self.rl
         if rl.kl_coef and self.ref_params is None:
-            self.ref_params = jax.tree.map(jnp.copy, state.params)  # frozen reference: the starting policy
+            self.ref_params = self._initial(state, step)  # frozen reference: the starting policy
         chosen = self._take(rl.prompts_per_step)
         standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
         step_key = jax.random.fold_in(state.rng, step)
@@ -346,13 +449,25 @@ class RLStage:
             metrics.update(m, **{"time/operator_rollout_s": time.perf_counter() - t1})
         if self.verifier:
             rng = np.random.default_rng([self.config.seed, rl.seed_offset, step])
+            candidates = rollouts
+            if rl.verifier_samples == "frozen_base":  # non-co-evolving ablation: the base model's samples
+                _, m, candidates = self._standard(self._initial(state, step), jax.random.fold_in(step_key, 3),
+                                                  standard)
+                metrics["time/frozen_base_rollout_s"] = m["time/rollout_s"]
+            metrics["verifier/candidate_accuracy"] = float(np.mean(candidates[2]))
             batch, m = self.verifier(state.params, jax.random.fold_in(step_key, 2),
-                                     [self.tok.encode(c[2]) for c in standard], *rollouts, rng)
+                                     [self.tok.encode(c[2]) for c in standard], *candidates, rng)
             groups.append(batch)
             metrics.update(m)
         batch = {k: np.concatenate([pad_group(g, self.width, self.tok.pad_id)[k] for g in groups])
                  for k in groups[0]}
         batch["ref_logp"] = self._ref_logp(batch)
+        if rl.minibatches > 1:  # mini-batches are consecutive rows: mix generator and verifier rows
+            order = np.random.default_rng([self.config.seed, rl.seed_offset, step, 1]).permutation(self.rows)
+            batch = {k: v[order] for k, v in batch.items()}
+        if self._aux_scaled:  # the global batch's per-row factor: exact over any microbatch split
+            batch["aux_sft_scale"] = np.asarray(aux_sft_scale(batch["weights"], batch["correct"], rl.aggregation,
+                                                              blocks=rl.minibatches), np.float32)
         if rows is not None:  # every host graded the (small) rollout; it feeds its own rows
             batch = {k: v[np.asarray(rows)] for k, v in batch.items()}
         trained = [k for k in ("standard", "operator") if f"reward/{k}" in metrics]

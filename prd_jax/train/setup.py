@@ -61,6 +61,9 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
                              f"{tokenizer.vocab_size}")
     elif tokenizer is None:
         tokenizer = model_tokenizer(config.model.name, config.model.get("path") or None)
+    from prd_jax.model.tokenizer import for_model
+
+    tokenizer = for_model(tokenizer, cfg)  # the chat template's thinking switch (cfg.enable_thinking)
     if config.get("continual"):
         check_continual(config)
     if init == "checkpoint":

@@ -67,15 +67,32 @@ def train_step(state: TrainState, batch: dict, *, loss_fn: Callable, optimizer, 
     return state.replace(step=state.step + finite.astype(jnp.int32), params=params, opt_state=opt_state), metrics
 
 
-def repeat_step(step_fn: Callable, updates: int) -> Callable:
-    """`updates` sequential optimizer updates on the same batch (RL's mu updates per rollout
-    batch); metrics are averaged over the updates."""
-    if updates == 1:
+def minibatch_updates(step_fn: Callable, minibatches: int = 1, epochs: int = 1) -> Callable:
+    """`epochs` passes over one rollout batch, each cut into `minibatches` mini-batches with one
+    optimizer update apiece, in order (PPO, arXiv 1707.06347, §5, Alg. 1; RL's mu updates per
+    batch when `minibatches` is 1). Metrics are averaged over all updates.
+
+    The batch arrives microbatched `[A, B/A, ...]` (A = grad_accum_steps); mini-batch k is
+    microbatches [k A/m, (k+1) A/m), i.e. rows [k B/m, (k+1) B/m) (`RLStage` shuffles rows
+    when m > 1 so each mini-batch mixes generator and verifier rows). Cutting along A keeps
+    each device's rows where they are.
+    """
+    if minibatches < 1 or epochs < 1:
+        raise ValueError(f"minibatches={minibatches}, epochs={epochs}; both must be >= 1")
+    if minibatches == 1 and epochs == 1:
         return step_fn
 
+    def cut(x):
+        if x.shape[0] % minibatches:
+            raise ValueError(f"grad_accum_steps={x.shape[0]} is not divisible by config.rl.minibatches="
+                             f"{minibatches} (a mini-batch is a whole number of microbatches)")
+        return x.reshape(minibatches, x.shape[0] // minibatches, *x.shape[1:])
+
     def run(state, batch):
-        state, metrics = jax.lax.scan(lambda s, _: step_fn(s, batch), state, None, length=updates)
-        return state, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+        parts = jax.tree.map(cut, batch)
+        epoch = lambda s, _: jax.lax.scan(step_fn, s, parts)
+        state, metrics = jax.lax.scan(epoch, state, None, length=epochs)
+        return state, jax.tree.map(lambda m: jnp.mean(m, axis=(0, 1)), metrics)
 
     return run
 

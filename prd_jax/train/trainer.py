@@ -35,7 +35,7 @@ from prd_jax.config_io import save_config
 from prd_jax.host import is_main, to_host
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
-from prd_jax.train.step import compile_step, repeat_step, train_step
+from prd_jax.train.step import compile_step, minibatch_updates, train_step
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
         return dict(meta.get("metrics") or {})
     accum = config.get("grad_accum_steps", 1)
     step_fn = functools.partial(train_step, loss_fn=stage.loss_fn(), optimizer=optimizer, schedule=schedule)
-    step_fn = repeat_step(step_fn, getattr(stage, "updates_per_batch", 1))
+    step_fn = minibatch_updates(step_fn, getattr(stage, "minibatches", 1), getattr(stage, "updates_per_batch", 1))
     abstract_batch = jax.tree.map(
         lambda s: jax.ShapeDtypeStruct((accum, s.shape[0] // accum, *s.shape[1:]), s.dtype), stage.abstract_batch())
     t0 = time.perf_counter()
