@@ -15,21 +15,7 @@ from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
 from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
 from prd_jax.sampling import SampleOutput
-
-
-class CharTokenizer:
-    """One token per character (id = ord % 200 + 3); chat template 'U:<content>\\nA:'."""
-
-    pad_id = 0
-
-    def encode(self, text, add_bos=False):
-        return [ord(c) % 200 + 3 for c in text]
-
-    def decode(self, ids, skip_special=True):
-        return "".join(chr(i - 3) for i in ids)
-
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        return "U:" + messages[0]["content"] + ("\nA:" if add_generation_prompt else "")
+from fakes import CharTokenizer, FirstTokenGrader
 
 
 @flax.struct.dataclass
@@ -46,13 +32,6 @@ class ScriptedLM:
 
     def next_logits(self, prompts, lengths, name=""):
         return jnp.zeros((prompts.shape[0], 256))
-
-
-class FirstTokenGrader:
-    """A candidate is correct iff its first token equals the gold's first token."""
-
-    def correct(self, cand_tok, cand_len, ans_tok, ans_len):
-        return np.asarray(cand_tok)[:, 0] == np.asarray(ans_tok)[:, 0]
 
 
 TOK = CharTokenizer()

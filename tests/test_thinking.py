@@ -18,6 +18,7 @@ from prd_jax.operators.calls import strip_thinking
 from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
 from prd_jax.operators.specs import PDR, SR, BestOfN, Sampling
 from prd_jax.sampling import SampleOutput
+from fakes import CharTokenizer
 
 # A Qwen3-style template: thinking is on unless `enable_thinking` is false, in which case
 # the generation prompt carries an empty thinking block.
@@ -108,24 +109,6 @@ def test_strip_thinking_hand_computed():
 
 
 # ----------------------------------------------------------------------------- quoted candidates
-
-
-class CharTokenizer:
-    """One token per character (id = ord % 200 + 3); a chat template string to inspect."""
-
-    pad_id = 0
-
-    def __init__(self, template=""):
-        self.chat_template = template
-
-    def encode(self, text, add_bos=False):
-        return [ord(c) % 200 + 3 for c in text]
-
-    def decode(self, ids, skip_special=True):
-        return "".join(chr(i - 3) for i in ids)
-
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        return "U:" + messages[0]["content"] + ("\nA:" if add_generation_prompt else "")
 
 
 @flax.struct.dataclass

@@ -3,6 +3,9 @@
 Schedules (8,4,1) and (16,8,4,1); distill = global summary, shared top-k, per-sample
 top-k, random-k with k=2; per-call budgets 8k/16k/24k; mean@16 on AIME 2024 (switch with
 --config.dataset=aime2025). For accelerators (e.g. Qwen3-8B on 8xH200 or a v5p pod).
+Top-k is ranked by the model itself (`self_pointwise`, up to 1024 tokens of judge
+reasoning per candidate; ours: the paper names a model-based ranker, not its budget);
+random-k draws at random and pays for no ranking.
 
 Context: Qwen3-8B has 40,960 positions. The (16, 8, 4, 1) global summary quotes 16
 candidates in one call, so candidates there are capped at 2048 tokens (head 512): 16 x 2048
@@ -29,6 +32,7 @@ ARGS = ("v5p-128", "8xh200")
 MESHES = {"v5p-128": "data=1,fsdp=16,tensor=4", "8xh200": "fsdp=2,tensor=4"}
 TARGETS = {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}
 BATCH = {"v5p-128": 16, "8xh200": 8}
+JUDGE = dict(domain="math", max_new_tokens=1024)  # the self_pointwise ranker's reasoning budget
 
 
 def get_config(arg=None):
@@ -59,8 +63,10 @@ def get_config(arg=None):
         for schedule in ((8, 4, 1), (16, 8, 4, 1)):
             for distill in ("global_summary", "shared_topk", "per_sample_topk", "random_k"):
                 cap = 2048 if (distill == "global_summary" and schedule[0] == 16) else 4096
-                ops.append(dict(type="pdr", schedule=schedule, distill=distill, k=2, selector="random",
-                                kappa=2048, max_new_tokens=budget, candidate_max_tokens=cap,
-                                truncation_head=cap // 4))
+                ranked = distill in ("shared_topk", "per_sample_topk")
+                ranker = dict(selector="self_pointwise", judge=JUDGE) if ranked else dict(selector="random")
+                ops.append(dict(type="pdr", schedule=schedule, distill=distill, k=2, kappa=2048,
+                                max_new_tokens=budget, candidate_max_tokens=cap, truncation_head=cap // 4,
+                                **ranker))
     c.operators = ops
     return c
