@@ -13,7 +13,8 @@ Command to run:
     prd-jax compile --config configs/eval/pdr_distill_variants.py:v5p-128
     prd-jax eval --config configs/eval/pdr_distill_variants.py:v5p-128 --workdir gs://BUCKET/pdr_table2 \\
         --config.model_path=/ckpts/Qwen3-8B
-Runtime ESTIMATE (roofline, not measured): ~3.5e8 generated tokens; about 8 h on a v5p-128.
+Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 6.8e8 generated
+tokens; roofline 3.4 h on a v5p-128, 17.7 h on 8xH200 (a floor).
 Expected (paper): global summary and per-sample top-k ahead of random-k.
 """
 

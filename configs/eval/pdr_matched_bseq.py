@@ -18,8 +18,9 @@ Command to run:
     prd-jax compile --config configs/eval/pdr_matched_bseq.py:v5p-128
     prd-jax eval --config configs/eval/pdr_matched_bseq.py:v5p-128 --workdir gs://BUCKET/pdr_fig3 \\
         --config.model_path=/ckpts/Qwen3-8B
-Runtime ESTIMATE (roofline, not measured): ~2.5e8 generated tokens for 30 problems x 16
-samples; about 6 h on a v5p-128, 20 h on 8xH200.
+Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 3.2e8 generated
+tokens for 30 problems x 16 samples; roofline 1.2 h on a v5p-128, 6.9 h on 8xH200 (a floor:
+real decode runs below the roofline).
 Expected (paper): PDR above Long-CoT at matched B_seq, SR between them.
 """
 

@@ -9,7 +9,8 @@ Command to run:
     prd-jax compile --config configs/eval/pdr_rounds.py:v5p-128
     prd-jax eval --config configs/eval/pdr_rounds.py:v5p-128 --workdir gs://BUCKET/pdr_table4 \\
         --config.model_path=/ckpts/Qwen3-8B
-Runtime ESTIMATE (roofline, not measured): ~4e8 generated tokens; about 10 h on a v5p-128.
+Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 5.6e8 generated
+tokens; roofline 1.7 h on a v5p-128, 9.5 h on 8xH200 (a floor).
 Expected (paper): the fifth round adds accuracy at a higher B_seq.
 """
 

@@ -12,6 +12,9 @@ Command to run (paper scale; the arg names the pod: mesh, batch and `prd-jax com
 CPU smoke run (SmolLM2-135M, 2 GSM8K problems, N=4, tiny budgets):
     prd-jax eval --config configs/eval/v1_best_of_n.py:smoke --workdir /tmp/v1_smoke
 
+Runtime ESTIMATE at pod scale (`prd-jax compile --estimate`, not measured): at most 7.7e8
+generated tokens; roofline 4.3 h on a v5p-128, 22 h on 8xH200 (a floor).
+
 Expected: the paper reports pairwise_v1 above pointwise and majority at equal N, rising
 with m. The smoke run took 12m57s on 2 busy CPU cores (2026-11-30; one compile per
 operator) and only checks the pipeline: SmolLM2-135M does not write rating tags within

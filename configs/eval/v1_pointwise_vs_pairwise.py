@@ -12,8 +12,8 @@ Command to run:
     prd-jax compile --config configs/eval/v1_pointwise_vs_pairwise.py:v5p-128
     prd-jax eval --config configs/eval/v1_pointwise_vs_pairwise.py:v5p-128 --workdir gs://BUCKET/v1_pw \\
         --config.model_path=/ckpts/Qwen3-8B
-Runtime: `prd-jax compile --estimate` gives the roofline (a lower bound on wall time; see
-the README's paper-config table).
+Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 2.3e8 generated
+tokens (judge calls at their budget); roofline 1.0 h on a v5p-128, 5.2 h on 8xH200 (a floor).
 Expected (paper): pairwise above pointwise at matched calls.
 """
 
