@@ -1,5 +1,5 @@
 """V1 selection at matched generation: best-of-N with pointwise / pairwise_v1 / random pairing /
-round-robin / majority, and RSA with and without verify-and-prune (arXiv 2603.04304 §3-4).
+round-robin / majority, and RSA with and without verify-and-prune (arXiv 2603.04304 §4, V1-Infer).
 
 Paper setting (default): N = 16 candidates, pairwise budget m*N with m in {1, 2, 3},
 Swiss d_min = 2, h = 8, tau = 0.1; math sampling T = 1.0, top-p 0.95. For accelerators.
