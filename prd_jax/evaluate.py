@@ -29,33 +29,21 @@ import numpy as np
 from prd_jax import fileio
 from prd_jax.config_io import save_config
 from prd_jax.host import is_main, on_main, to_host
-from prd_jax.operators.specs import PDR, RSA, SR, BestOfN, LongCoT, Sampling
+from prd_jax.operators import registry
+from prd_jax.operators.specs import Sampling
 
 log = logging.getLogger(__name__)
-
-OPERATOR_TYPES = {"long_cot": LongCoT, "sr": SR, "pdr": PDR, "best_of_n": BestOfN, "rsa": RSA}
-
 
 def build_spec(entry: dict):
     """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...}.
 
-    Types: long_cot, sr, pdr, best_of_n, rsa; a `judge` field may be a dict of Judge fields.
-    """
-    entry = dict(entry)
-    kind = entry.pop("type", None)
-    if kind not in OPERATOR_TYPES:
-        raise ValueError(f"operator type {kind!r}; allowed: {sorted(OPERATOR_TYPES)}")
-    cls = OPERATOR_TYPES[kind]
-    fields = {f for f in cls.__dataclass_fields__}
-    unknown = set(entry) - fields
-    if unknown:
-        raise ValueError(f"operator {kind!r}: unknown fields {sorted(unknown)}; allowed: {sorted(fields)}")
-    if "schedule" in entry:
-        entry["schedule"] = tuple(entry["schedule"])
-    return cls(**entry)
+    `type` is a registered operator name (`operators.registry`: long_cot, sr, pdr, best_of_n,
+    rsa and any operator registered by an imported module); a `judge` field may be a dict
+    of Judge fields."""
+    return registry.build_spec(entry)
 
 
-RUN_SETTINGS = ("model", "model_path", "dataset", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
+RUN_SETTINGS = ("model", "model_path", "dataset", "task", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
                 "templates", "enable_thinking")
 
 
@@ -191,26 +179,42 @@ def _calls_rows(calls, i: int) -> list:
 
 
 def _k_max(spec) -> int:
-    """Candidate headers a spec's prompts need: PDR's largest round (global summary), RSA's K."""
-    if isinstance(spec, PDR):
-        return max(spec.schedule)
-    return spec.subset if isinstance(spec, RSA) else 1
+    """Candidate headers a spec's prompts need, as the spec declares (`OperatorSpec.k_max`)."""
+    return spec.k_max
 
 
 _CONTEXTS: dict = {}
 
 
-def _context(tok, sampling, kappa, k_max: int, templates: str):
-    """One operator Context per (tokenizer, settings), reused across calls: the compiled
+def _context(tok, sampling, kappa, k_max: int, templates: str, task="gsm8k"):
+    """One operator Context per (tokenizer, settings, task), reused across calls: the compiled
     operator is cached per context, so evaluating several checkpoints that share a
-    tokenizer object (the demo) compiles each operator once."""
-    from prd_jax.operators.runner import MathGrader, make_context
+    tokenizer object (the demo) compiles each operator once. Its oracle grader and majority
+    grouper are the task's (`tasks.grading`); give the grader the run's rows (`add_rows`)."""
+    from prd_jax.operators.runner import make_context
+    from prd_jax.tasks import get_task
+    from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 
-    key = (id(tok), sampling, kappa, k_max, templates)
+    task = get_task(task)
+    key = (id(tok), sampling, kappa, k_max, templates, task)
     if key not in _CONTEXTS:  # the entry holds `tok`, so its id is not reused while cached
-        _CONTEXTS[key] = (tok, make_context(tok, sampling, grader=MathGrader(tok), kappa=kappa, k_max=k_max,
+        _CONTEXTS[key] = (tok, make_context(tok, sampling, grader=TaskGrader(task, tok),
+                                            grouper=TaskGrouper(task, tok), kappa=kappa, k_max=k_max,
                                             templates=templates))
     return _CONTEXTS[key][1]
+
+
+def eval_task(config):
+    """The task an eval config grades with: `config.task`, else the one `config.dataset` names;
+    a dataset that names none (the demo's "synthetic" rows) is graded as math, as before."""
+    from prd_jax.tasks import get_task, task_for_config
+
+    if config.get("task"):
+        return get_task(config.task)
+    try:
+        return task_for_config(config)
+    except ValueError:
+        return get_task("gsm8k")
 
 
 def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
@@ -222,11 +226,15 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     from prd_jax.model import load
     from prd_jax.operators.lm import ModelLM
     from prd_jax.operators.runner import encode_problems, run_operator
-    from prd_jax.rewards.math import grade_detailed
 
-    from prd_jax.operators.prompts import template_set
+    try:
+        from prd_jax.prompts import template_set
+    except ImportError:  # older layout
+        from prd_jax.prompts import template_set
 
-    template_set(config.get("templates", "default"))  # an unknown set fails before any work
+    task = eval_task(config)  # grading, oracle, majority key and (with config.task) the data
+    templates = config.get("templates") or task.templates
+    template_set(templates)  # an unknown set fails before any work
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
         from prd_jax.mesh import init_distributed
 
@@ -237,7 +245,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     check_settings(config, workdir)
     save_config(config, workdir)
     specs = [build_spec(dict(e)) for e in config.operators]
-    if rows is None:
+    if rows is None and config.get("task"):
+        rows = task.problems(config.get("split") or None, limit=config.num_problems,
+                             data_dir=config.get("data_dir") or None)
+    elif rows is None:
         rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
     if model is None:
         from prd_jax.mesh import make_mesh
@@ -258,12 +269,12 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
         chunks.append((start, chunk, *encode_problems(
-            tok, [r["problem"] for r in chunk], [r["answer"] for r in chunk], config.max_problem_tokens,
-            width=config.max_problem_tokens)))
+            tok, [task.problem_text(r) for r in chunk], [task.gold_key(r) for r in chunk],
+            config.max_problem_tokens, width=config.max_problem_tokens)))
     with (fileio.open(results_path, "a") if main else open(os.devnull, "w")) as out:  # written by process 0
         for op_index, spec in enumerate(specs):
-            ctx = _context(tok, sampling, getattr(spec, "kappa", None), _k_max(spec),
-                           config.get("templates", "default"))
+            ctx = _context(tok, sampling, spec.kappa, spec.k_max, templates, task)
+            ctx.grader.add_rows(rows)  # the oracle looks rows up by gold key (code: the task id)
             for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(config.k_samples):
                     bar.update(1)
@@ -281,15 +292,17 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
                         keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
                         res = to_host(run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx))
-                        for i, j in enumerate(kept):
-                            if j not in todo:
-                                continue
-                            n = int(res.final_lengths[i])
-                            text = tok.decode(np.asarray(res.final_tokens[i, :n]).tolist())
-                            g = grade_detailed(text, chunk[j]["answer"])
+                        graded = [(i, j) for i, j in enumerate(kept) if j in todo]
+                        texts = [tok.decode(np.asarray(res.final_tokens[i, :int(res.final_lengths[i])]).tolist())
+                                 for i, _ in graded]
+                        # one batch per chunk: code programs run in parallel (tasks.Task.grade_many)
+                        grades = task.grade_many([chunk[j] for _, j in graded], texts)
+                        for (i, j), text, g in zip(graded, texts, grades):
+                            extra = {k: g[k] for k in ("reward", "passed", "total", "status") if k in g}
                             out.write(json.dumps({
                                 "problem_id": chunk[j]["id"], "operator": spec.label, "sample": sample,
-                                "answer": g["answer"], "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
+                                "task": task.name, "answer": g.get("answer"), "correct": bool(g["correct"]),
+                                "parsed": bool(g["parsed"]), **extra,
                                 **{b: int(getattr(res, b)[i]) for b in BUDGETS},
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),

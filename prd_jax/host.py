@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 
 def is_main() -> bool:
@@ -34,7 +35,6 @@ def _leaf_to_host(x):
         return np.asarray(x)
     if x.is_fully_replicated:  # every process holds a full copy
         return np.asarray(x.addressable_data(0))
-    from jax.experimental import multihost_utils
 
     # Sharded across processes: a collective, so every process must call `to_host` on the
     # same outputs in the same order (they do: all run the same program).
@@ -59,8 +59,6 @@ def to_host(tree):
 def sync(name: str) -> None:
     """Barrier: every process waits here until all have reached `sync(name)`."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 
@@ -72,7 +70,6 @@ def on_main(fn: Callable[[], Any]) -> Any:
     """
     if jax.process_count() == 1:
         return json.loads(json.dumps(fn()))  # the same JSON types as with several processes
-    from jax.experimental import multihost_utils
 
     error = None
     if is_main():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Mapping, Optional, Sequence, Union
 
 import jax
@@ -144,8 +145,6 @@ def init_distributed(coordinator: Optional[str] = None, num_processes: Optional[
     - otherwise a single process: nothing to do.
     On CPU, cross-process collectives use `cpu_collectives` (gloo).
     """
-    import os
-
     coordinator = coordinator or os.environ.get("PRD_COORDINATOR")
     if num_processes is None and os.environ.get("PRD_NUM_PROCESSES"):
         num_processes = int(os.environ["PRD_NUM_PROCESSES"])

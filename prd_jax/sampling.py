@@ -27,7 +27,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import CACHE_AXES, KVCache, forward, init_cache
+from prd_jax.model.decoder import (CACHE_AXES, DECODE_CACHE_AXES, KVCache, decode_cache, decode_step, decode_weights, forward,
+                                   init_cache)
 
 log = logging.getLogger(__name__)
 Array = jax.Array
@@ -47,6 +48,8 @@ class SamplingConfig:
     num_samples: int = 1
     stop_ids: tuple = ()
     max_rows: int = 0  # most decode rows (prompts x samples) in flight at once; 0 = all
+    compact_min_rows: int = 0  # >0: halve the decode batch when live rows fall to half, down to this
+    decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -62,6 +65,10 @@ class SamplingConfig:
         if self.max_rows < 0 or (self.max_rows and self.max_rows < self.num_samples):
             raise ValueError(f"max_rows={self.max_rows}; must be 0 (no limit) or >= num_samples="
                              f"{self.num_samples} (one prompt's samples run together)")
+        if self.compact_min_rows < 0:
+            raise ValueError(f"compact_min_rows={self.compact_min_rows}; must be >= 0 (0 = no compaction)")
+        if self.decode_layers not in ("unrolled", "scan"):
+            raise ValueError(f"decode_layers={self.decode_layers!r}; allowed: 'unrolled', 'scan'")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
 
 
@@ -225,6 +232,12 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     rows = batch * m
     row_keys = sample_keys(prompt_keys, m)
     stop_ids = jnp.asarray(scfg.stop_ids or (-1,), jnp.int32)
+    if scfg.decode_layers == "unrolled":
+        weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
+        multiple = 1 if mesh is None else batch_size_multiple(mesh)
+        return _decode_unrolled(cfg, weights, decode_cache(cache, mesh), cache.start, cache.index, logits,
+                                row_keys, max_new, scfg, gen_len=gen_len, pad_id=pad_id, stop_ids=stop_ids,
+                                sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple), mesh=mesh)
 
     def cond(state):
         step, _, _, _, _, _, finished = state
@@ -250,6 +263,92 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
              jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool))
     _, _, _, tokens, logprobs, lengths, finished = jax.lax.while_loop(cond, body, state)
     return SampleOutput(tokens, logprobs, lengths, finished)
+
+
+def compaction_sizes(rows: int, min_rows: int, multiple: int = 1) -> tuple:
+    """Decode batch sizes of the compaction phases: `rows`, `rows/2`, ... while the half is
+    whole, >= `min_rows` and a multiple of the batch mesh axes; `(rows,)` when `min_rows` is 0."""
+    sizes = [rows]
+    while min_rows and sizes[-1] % 2 == 0 and sizes[-1] // 2 >= min_rows and (sizes[-1] // 2) % multiple == 0:
+        sizes.append(sizes[-1] // 2)
+    return tuple(sizes)
+
+
+def _chosen_logprob(logits: Array, tok: Array) -> Array:
+    """log-softmax of `logits [R, V]` at `tok [R]`, without materialising the [R, V] log-softmax."""
+    return jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] - jax.nn.logsumexp(logits, axis=-1)
+
+
+def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, index: Array, logits: Array,
+                     row_keys: Array, max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int,
+                     stop_ids: Array, sizes: tuple, mesh: Optional[Mesh]) -> SampleOutput:
+    """The decode loop over per-layer weights and caches (`decode_step`), in compaction phases.
+
+    Phase p decodes `sizes[p]` rows in its own `lax.while_loop`. A non-final phase ends when
+    at most half its rows are live; the live rows (and, to fill the half, finished ones) are
+    then gathered into a half-size batch with their caches, keys, logits and original row
+    ids, so later steps cost what the live rows need. Every row keeps its key, position and
+    cache, and step t folds t into its key in every phase, so each row's tokens equal the
+    static loop's (`sizes == (rows,)`; tested in tests/test_rollout_batching.py).
+    """
+    rows = logits.shape[0]
+    tokens = jnp.full((rows, gen_len), pad_id, jnp.int32)
+    logprobs = jnp.zeros((rows, gen_len), jnp.float32)
+    lengths_all, finished_all = jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool)
+    live = dict(ids=jnp.arange(rows, dtype=jnp.int32), keys=row_keys, start=start, logits=logits,
+                caches=caches, lengths=lengths_all, finished=finished_all)
+    step = jnp.int32(0)
+    for phase, size in enumerate(sizes):
+        last = phase == len(sizes) - 1
+        if phase:
+            order = jnp.argsort(live["finished"], stable=True)[:size]  # live rows first
+            live = jax.tree.map(lambda x: jnp.take(x, order, axis=0), live)
+            if mesh is not None:
+                live = _constrain_rows(live, mesh)
+        identity = phase == 0  # ids are 0..rows-1: plain column writes
+
+        def cond(state, size=size, last=last):
+            step, _, _, _, lv = state
+            go = (step < max_new) & ~jnp.all(lv["finished"])
+            if not last:
+                go = go & (jnp.sum(~lv["finished"]) > size // 2)
+            return go
+
+        def body(state, identity=identity):
+            step, index, tokens, logprobs, lv = state
+            finished = lv["finished"]
+            keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(lv["keys"], step)
+            tok = choose_tokens(lv["logits"], keys, scfg)
+            lp = _chosen_logprob(lv["logits"], tok)
+            tok = jnp.where(finished, pad_id, tok)
+            lp = jnp.where(finished, 0.0, lp)
+            if identity:
+                tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, step, 1)
+                logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, step, 1)
+            else:
+                tokens = tokens.at[lv["ids"], step].set(tok, unique_indices=True)
+                logprobs = logprobs.at[lv["ids"], step].set(lp, unique_indices=True)
+            lengths = lv["lengths"] + (~finished).astype(jnp.int32)
+            finished = finished | jnp.isin(tok, stop_ids)
+            new_logits, caches = decode_step(cfg, weights, tok, index - lv["start"], lv["caches"], lv["start"],
+                                             index, mesh=mesh)
+            lv = dict(lv, logits=new_logits, caches=caches, lengths=lengths, finished=finished)
+            return step + 1, index + 1, tokens, logprobs, lv
+
+        step, index, tokens, logprobs, live = jax.lax.while_loop(cond, body, (step, index, tokens, logprobs, live))
+        lengths_all = lengths_all.at[live["ids"]].set(live["lengths"], unique_indices=True)
+        finished_all = finished_all.at[live["ids"]].set(live["finished"], unique_indices=True)
+    return SampleOutput(tokens, logprobs, lengths_all, finished_all)
+
+
+def _constrain_rows(live: dict, mesh: Mesh) -> dict:
+    """Rows (leading axis) back over the batch mesh axes after a compaction gather."""
+    def rows(x, names=None):
+        names = names or ("batch",) + (None,) * (x.ndim - 1)
+        return jax.lax.with_sharding_constraint(x, named_sharding(names, mesh, x.shape))
+    out = {k: jax.tree.map(rows, v) for k, v in live.items() if k != "caches"}
+    out["caches"] = jax.tree.map(lambda x: rows(x, DECODE_CACHE_AXES), live["caches"])
+    return out
 
 
 def _cache_sharding(cache: KVCache, mesh: Mesh) -> KVCache:
@@ -329,7 +428,10 @@ class Sampler:
         put = (lambda x, nd: jax.device_put(x, self._batch_sharding(nd))) if self.mesh else (lambda x, nd: x)
         out = exe(params, put(jnp.asarray(tokens), 2), put(jnp.asarray(lengths), 1), put(keys, 1),
                   jnp.int32(scfg.max_new_tokens))
+        # Trimmed on the host: slicing device arrays to a data-dependent width would compile
+        # one small program per width.
         rows = n * scfg.num_samples
-        width = max(1, int(jnp.max(out.lengths[:rows])))
-        return SampleOutput(out.tokens[:rows, :width], out.logprobs[:rows, :width],
-                            out.lengths[:rows], out.stopped[:rows])
+        host = jax.device_get(out)
+        width = max(1, int(host.lengths[:rows].max()))
+        return SampleOutput(jnp.asarray(host.tokens[:rows, :width]), jnp.asarray(host.logprobs[:rows, :width]),
+                            jnp.asarray(host.lengths[:rows]), jnp.asarray(host.stopped[:rows]))

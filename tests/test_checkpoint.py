@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prd_jax.checkpoint import (Checkpointer, abstract_like, describe, export_hf, export_params,
-                                load_exported_params, params_digest)
+from prd_jax.checkpoint import (Checkpointer, NoCheckpointError, abstract_like, describe, export_hf,
+                                export_params, hf_tensors, latest_params, load_exported_params, params_digest)
 from prd_jax.mesh import make_mesh
-from prd_jax.model import forward, get_model_config
+from prd_jax.model import forward, get_model_config, hf_names
 from prd_jax.model.config import RopeScaling, from_hf_config
 from prd_jax.model.decoder import param_shapes
 from prd_jax.model.weights import HFCheckpoint, SafetensorsFile, load_params, param_shardings
@@ -309,6 +310,60 @@ EXPORT_CFGS = {
 }
 
 
+FAMILY_CFGS = {
+    "llama_tied": CFG,
+    "llama_untied": CFG.replace(tie_embeddings=False),
+    "qwen2_bias": CFG.replace(family="qwen2", rope_theta=1e6, rms_eps=1e-6),
+    "qwen3_untied": EXPORT_CFGS["qwen3_untied"],
+}
+# HF tensors of one layer: q/k/v/o, gate/up/down, two norms; qwen2 adds 3 biases, qwen3 2 norms.
+PER_LAYER_TENSORS = {"llama": 9, "qwen2": 12, "qwen3": 11}
+
+
+@pytest.mark.parametrize("name", list(FAMILY_CFGS))
+def test_hf_name_mapping_import_and_export_are_inverse(name):
+    """Export (`hf_tensors`) and import (`load_params`) share one mapping: every param leaf
+    maps to HF names and shapes and back, in both directions, bit for bit."""
+    cfg = FAMILY_CFGS[name]
+    expected_count = 2 + cfg.num_layers * PER_LAYER_TENSORS[cfg.family] + (0 if cfg.tie_embeddings else 1)
+    shapes = hf_names.hf_shapes(cfg)
+    assert len(shapes) == expected_count
+    assert ("lm_head.weight" in shapes) == (not cfg.tie_embeddings)
+    assert shapes["model.layers.1.self_attn.o_proj.weight"] == (cfg.hidden, cfg.num_heads * cfg.head_dim)
+    assert shapes["model.layers.0.mlp.down_proj.weight"] == (cfg.hidden, cfg.intermediate)
+    # Every leaf of the decoder's param tree has exactly one row, with the stacked shape.
+    ours = {tuple(k.key for k in path): leaf.shape
+            for path, leaf in jax.tree_util.tree_flatten_with_path(param_shapes(cfg))[0]}
+    rows = hf_names.tensor_maps(cfg)
+    assert {m.param_path for m in rows} == set(ours) and len(rows) == len(ours)
+    for m in rows:
+        assert ours[m.param_path] == ((cfg.num_layers,) if m.per_layer else ()) + m.param_shape
+
+    # ours -> HF -> ours
+    params = _random_params(cfg, seed=3)
+    exported = hf_tensors(cfg, params)
+    assert {k: v.shape for k, v in exported.items()} == shapes
+    reloaded = load_params(cfg, _DictCheckpoint(exported))
+    assert params_digest(reloaded) == params_digest(params)
+    # HF -> ours -> HF
+    rng = np.random.RandomState(1)
+    hf = {k: rng.standard_normal(shape).astype(np.float32) for k, shape in shapes.items()}
+    back = hf_tensors(cfg, load_params(cfg, _DictCheckpoint(hf)))
+    assert sorted(back) == sorted(hf)
+    for k in hf:
+        np.testing.assert_array_equal(back[k], hf[k], err_msg=k)
+
+
+class _DictCheckpoint:
+    """HF-named host arrays with the reader interface `load_params` uses."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def get(self, name):
+        return self.tensors[name]
+
+
 @pytest.mark.parametrize("name", list(EXPORT_CFGS) + ["qwen2_bias"])
 def test_export_hf_reads_back_with_our_loader(tmp_path, name):
     cfg = EXPORT_CFGS.get(name) or CFG.replace(family="qwen2", rope_theta=1e6, rms_eps=1e-6)
@@ -369,12 +424,19 @@ def test_export_hf_bfloat16(tmp_path, params):
 
 @damaged_read
 def test_describe(tmp_path, params):
-    assert describe(tmp_path)["latest_step"] is None
+    empty = describe(tmp_path)
+    assert empty["latest_step"] is None and empty["step"] is None and empty["steps"] == []
+    looked = re.escape(f"workdir {tmp_path} has no checkpoints: looked in {tmp_path / 'checkpoints'}")
+    with pytest.raises(NoCheckpointError, match=looked + r" \(no checkpoints/ directory\)"):
+        describe(tmp_path, require=True)
+    with pytest.raises(NoCheckpointError, match=looked.replace(re.escape(str(tmp_path)), re.escape(
+            str(tmp_path / "typo"))) + r" \(the workdir does not exist\)"):
+        latest_params(tmp_path / "typo")
     (tmp_path / "config.json").write_text(json.dumps({"model": "tiny", "lr": 1e-4}))
     (tmp_path / "metrics.jsonl").write_text('{"step": 10, "loss": 2.0}\n{"step": 20, "loss": 1.5}\n\n')
     _save_steps(tmp_path, params, [10, 20]).close()
-    info = describe(tmp_path)
-    assert info["steps"] == [10, 20] and info["latest_step"] == 20
+    info = describe(tmp_path, require=True)
+    assert info["steps"] == [10, 20] and info["latest_step"] == info["step"] == 20
     assert info["num_params"] == CFG.num_params()
     assert info["params_digest"] == params_digest(_state(params, 20)["params"])
     assert info["meta"] == {"data_position": 2000}
@@ -382,5 +444,5 @@ def test_describe(tmp_path, params):
     assert info["last_metrics"] == {"step": 20, "loss": 1.5}
     _truncate_arrays(tmp_path / "checkpoints" / "20")
     info = describe(tmp_path)
-    assert info["latest_step"] == 10
+    assert info["latest_step"] == info["step"] == 10
     assert info["params_digest"] == params_digest(_state(params, 10)["params"])

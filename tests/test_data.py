@@ -268,7 +268,7 @@ def task_names(vocab, tfds_root, built):
 
 
 def test_task_names(task_names):
-    assert task_names == ["prd_gsm8k", "prd_math500", "prd_aime2024", "prd_aime2025"]
+    assert task_names == ["prd_gsm8k", "prd_math500", "prd_aime2024", "prd_aime2025", "prd_humaneval"]
 
 
 def test_task_aime_targets_decode_to_answer(task_names, vocab):

@@ -606,10 +606,10 @@ def test_never_raises_latexish(pred, gold):
 
 
 def test_fallback_when_worker_unavailable(monkeypatch):
-    def unavailable():
+    def unavailable(*args, **kwargs):
         raise mg._WorkerUnavailable("no worker in this test")
 
-    monkeypatch.setattr(mg, "_acquire_worker", unavailable)
+    monkeypatch.setattr(mg._POOL, "call", unavailable)
     monkeypatch.setattr(mg, "_WORKERS_BROKEN", False)
     assert is_equivalent("x+17", "17+x", timeout_s=30) is True  # uncached pair
     assert mg._WORKERS_BROKEN is True

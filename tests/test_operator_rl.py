@@ -9,7 +9,7 @@ import pytest
 
 from prd_jax.checkpoint import describe, latest_params
 from prd_jax.config_io import apply_overrides, load_config
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.train import rl as rl_mod
 from prd_jax.train.operator_rl import strict_pairs, verifier_reward
 

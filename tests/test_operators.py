@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from prd_jax.model import get_model_config, init_params
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.operators.assembly import assemble, truncate_head_tail
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator

@@ -325,3 +325,52 @@ def test_v1_4b_configs(arg):
     assert (frozen.verifier_samples, pair.verifier_samples) == ("frozen_base", "policy")
     assert dataclasses.replace(frozen, verifier_samples="policy") == pair  # only the candidates' source differs
     assert pair.verifier_baseline == "group"
+
+
+# ----------------------------------------------------------------------------- PairRL on code (issue 14 §3)
+
+CODE_SMALL = ["--config.model.overrides.num_layers=1", "--config.rl.samples_per_prompt=2",
+              "--config.rl.max_new_tokens=8",
+              "--config.rl.verifier_max_new_tokens=4", "--config.rl.verifier_candidate_max_tokens=16"]
+
+
+def test_code_reward_modes_fraction_and_all_pass():
+    from prd_jax.tasks import get_task
+
+    config = apply_overrides(load_config(os.path.join(RL_DIR, "tiny_code_pairrl.py")), CODE_SMALL)
+    rl = RLConfig.from_config(config)
+    task = rl_mod.run_task(config, rl)
+    assert (task.name, task.reward_mode) == ("humaneval", "fraction")
+    row = get_task("humaneval").problems(limit=1)[0]  # has_close_elements: 7 asserts, 3 expect False
+    fenced = lambda body: "```python\n" + row["prompt"] + body + "```"
+    texts = [fenced(row["canonical_solution"]), fenced("    return False\n"), "no program"]
+    keys = [row["task_id"]] * 3
+    frac = rl_mod.TaskReward(task, [row]).grades(texts, keys)
+    assert [g["reward"] for g in frac] == pytest.approx([1.0, 3 / 7, 0.0])
+    assert [g["correct"] for g in frac] == [1.0, 0.0, 0.0]
+    strict = rl_mod.TaskReward(rl_mod.run_task(config, dataclasses.replace(rl, code_reward="all_pass")), [row])
+    assert strict.many(texts, keys) == [1.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"config.rl.code_reward='most'; allowed: \('fraction', 'all_pass'\)"):
+        dataclasses.replace(rl, code_reward="most")
+
+
+def test_code_pairrl_two_steps_log_generator_and_verifier_rewards(tmp_path):
+    import json
+
+    from prd_jax import prompts
+    from prd_jax.train.run import train
+
+    config = apply_overrides(load_config(os.path.join(RL_DIR, "tiny_code_pairrl.py")), CODE_SMALL)
+    stage, _, _, _ = _stage("tiny_code_pairrl", CODE_SMALL)
+    assert stage.task.name == "humaneval" and stage.problems and stage.problems[0][1] == "HumanEval/0"
+    # the verifier quotes the code set's pairwise prompt (its literal text, tokenized)
+    pieces = "".join(stage.tok.decode(list(p)) for p in stage.verifier.template.pieces)
+    assert prompts.template_set("code")["pairwise"].user.split("{")[0].strip()[:40] in pieces
+    train(config, str(tmp_path / "w"), progress=False)
+    lines = [json.loads(x) for x in open(tmp_path / "w" / "metrics.jsonl")]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert 0.0 <= m["reward/standard"] <= 1.0 and 0.0 <= m["verifier/reward"] <= 1.0
+        # all-pass rows have reward 1 under "fraction", so the all-pass share never exceeds the mean reward
+        assert 0.0 <= m["accuracy/standard"] <= m["reward/standard"] + 1e-9
+        assert m["verifier/rows"] >= 0.0 and "verifier/strict_pairs" in m

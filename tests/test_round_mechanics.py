@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
 from prd_jax.operators.specs import PDR, SR, Sampling
 from prd_jax.sampling import SampleOutput
@@ -141,7 +141,8 @@ def test_summary_vote_counts_selects_its_template_and_label():
     assert int(res.calls.in_tokens[0, 4]) == literal_len(P.DISTILL_SUMMARY_VOTES) + LP + cands
     assert "how many attempts" not in P.DISTILL_SUMMARY.user
     assert "how many attempts" in P.DISTILL_SUMMARY_VOTES.user
-    assert spec.label == f"pdr(4-1,global_summary,kappa={KAPPA},vote_counts,budget={N})"
+    assert spec.label == (f"pdr(4-1,global_summary,kappa={KAPPA},vote_counts,candidate_max_tokens={CMAX},"
+                          f"truncation_head={HEAD},budget={N})")
     with pytest.raises(ValueError, match="summary_vote_counts=True needs distill='global_summary'"):
         PDR((4, 1), "shared_topk", summary_vote_counts=True)
     with pytest.raises(ValueError, match="summary_vote_counts=1; allowed: True, False"):
@@ -160,7 +161,12 @@ def test_labels_say_random_k_for_a_random_ranking():
         "pdr(8-4-1,per_sample_topk,k=2,random-k,budget=512)")
     assert PDR((8, 4, 1), "random_k", 2).label == "pdr(8-4-1,random_k,k=2,budget=512)"
     ranked = PDR((8, 4, 1), "shared_topk", 2, "self_pointwise").label
-    assert ranked == "pdr(8-4-1,shared_topk,k=2,sel=self_pointwise[math,m=1,think=0],budget=512)"
+    assert ranked == "pdr(8-4-1,shared_topk,k=2,sel=self_pointwise[m=1,think=0],budget=512)"
+    judged = PDR((8, 4, 1), "shared_topk", 2, "self_pointwise", judge=dict(domain="math", tau=0.2)).label
+    assert judged == "pdr(8-4-1,shared_topk,k=2,sel=self_pointwise[math,m=1,think=0,tau=0.2],budget=512)"
+    # fields outside the readable core appear whenever they differ from their default
+    assert PDR((8, 4, 1), "shared_topk", 1, "random", refine_template="previous").label == (
+        "pdr(8-4-1,shared_topk,k=1,random-k,refine_template=previous,budget=512)")
     assert PDR((8, 1), "global_summary", 2, "oracle_incorrect").label == (
         "pdr(8-1,global_summary,kappa=256,sel=oracle_incorrect,budget=512)")
     assert "sel=random" not in PDR().label
@@ -195,6 +201,8 @@ def test_oracle_selector_runs_in_operator_rl_rollouts(monkeypatch):
     from prd_jax.train.rl import RLConfig
 
     monkeypatch.setattr(math_rewards, "grade", lambda text, gold, **kw: len(text) % 3 != 0)
+    monkeypatch.setattr(math_rewards, "grade_detailed",  # the task's grader (tasks.math) grades through it
+                        lambda text, gold, **kw: {"correct": len(text) % 3 != 0, "parsed": True, "answer": None})
     vocab = CharVocab()
     rl = RLConfig(prompts_per_step=1, samples_per_prompt=2, max_prompt_tokens=32, max_new_tokens=8,
                   operator_fraction=1.0, templates="compact", max_problem_tokens=16,

@@ -98,7 +98,7 @@ def test_corrupted_solutions_are_wrong(problems):
 
 
 def test_pdr_trace_counts():
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
 
     rng = np.random.default_rng(1)
     for p in S.generate(12, 2, DIFFICULTIES, family="modinverse"):
@@ -200,17 +200,20 @@ def test_char_vocab_unknown_chars_reported(caplog):
 
 
 def test_char_vocab_encodes_every_template_character():
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
 
     v = S.CharVocab()
-    templates = [t for group in prompts.TEMPLATE_SETS.values() for t in group]
-    assert len(templates) == 24
+    templates = [t for group in prompts.TEMPLATE_SETS.values() for t in group.values()]
+    names = {name: sorted(group) for name, group in prompts.TEMPLATE_SETS.items()}
+    assert all(n == names["default"] for n in names.values()), names  # every set fills every role
+    assert len(templates) == len(names) * len(names["default"]) >= 20
     for t in templates:
         assert v.unknown_chars(t.user + t.assistant_prefix + t.candidate_header + t.candidate_footer) == [], t.name
 
 
 def test_char_vocab_with_operator_context():
-    from prd_jax.operators import prompts, runner
+    from prd_jax import prompts
+    from prd_jax.operators import runner
     from prd_jax.operators.specs import Sampling
 
     v = S.CharVocab()
@@ -236,7 +239,7 @@ def test_seqio_task():
     import seqio
 
     from prd_jax.data.vocab import HFVocabulary
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
 
     vocab = HFVocabulary(S.CharVocab())
     name = S.register_synthetic_task("prd_synthetic_test", vocab, {"train": (6, 0), "test": (3, 1)},

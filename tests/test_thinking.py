@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as RustTokenizer
 
 from prd_jax.model.config import get_model_config
 from prd_jax.model.tokenizer import Tokenizer, for_model
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.operators.calls import strip_thinking
 from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
 from prd_jax.operators.specs import PDR, SR, BestOfN, Sampling
@@ -190,8 +190,8 @@ def test_judges_quote_candidates_without_thinking():
     """A pointwise judge's prompt quotes the candidate after its block: in_tokens differ by
     the block's length (13 tokens of '<think>abc</think>\\n\\n' -> 7 ids: 1 + 3 + 1 + 2)."""
     lm = script(TOK, [THOUGHT, THOUGHT])
-    short = run(TOK, lm, BestOfN(2, "pointwise", 32, 32, 8))
-    full = run(TOK, lm, BestOfN(2, "pointwise", 32, 32, 8, quote_thinking=True))
+    short = run(TOK, lm, BestOfN(2, "self_pointwise", 32, 32, 8))
+    full = run(TOK, lm, BestOfN(2, "self_pointwise", 32, 32, 8, quote_thinking=True))
     rating = [i for i, n in enumerate(short.calls.names) if n == "rating"]
     block = len(TOK.encode("<think>abc</think>\n\n"))
     assert block == 7

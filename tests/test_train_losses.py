@@ -1,6 +1,7 @@
 """Advantages, token-level losses and the optimizer of `prd_jax.train`, against hand values."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -432,3 +433,30 @@ def test_optim_config_validation(field, value, allowed):
     with pytest.raises(ValueError, match=rf"OptimConfig\.{field}=.*allowed: .*{allowed}"):
         optim.OptimConfig(**kw)
     assert isinstance(optim.make_optimizer(optim.OptimConfig(1e-6, 10, 100)), optax.GradientTransformation)
+
+
+@pytest.mark.parametrize("field,table", [("loss", losses.LOSSES), ("aggregation", losses.AGGREGATIONS),
+                                         ("aux_sft_normaliser", losses.AUX_SFT_NORMALISERS)])
+def test_rl_config_validates_against_the_loss_tables(field, table):
+    """`RLConfig` accepts exactly the values of `losses`' tables and, for any other value,
+    names the field and lists exactly the table."""
+    import ast
+
+    from prd_jax.train.rl import RLConfig
+
+    for value in table:
+        assert getattr(RLConfig(**{field: value}), field) == value
+    with pytest.raises(ValueError) as e:
+        RLConfig(**{field: "bogus"})
+    msg = str(e.value)
+    assert msg.startswith(f"config.rl.{field}='bogus'; allowed: "), msg
+    assert ast.literal_eval(msg.split("allowed: ", 1)[1]) == tuple(table)
+    # The loss functions reject the same values with the same list.
+    with pytest.raises(ValueError, match=r"allowed: " + re.escape(str(tuple(table)))):
+        if field == "loss":
+            losses.policy_loss(jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.zeros((1,)), jnp.ones((1, 2)),
+                               kind="bogus")
+        elif field == "aggregation":
+            losses.aggregate(jnp.zeros((1, 2)), jnp.ones((1, 2)), "bogus")
+        else:
+            losses.aux_sft_term(jnp.zeros((1, 2)), jnp.ones((1, 2)), jnp.ones((1,)), normaliser="bogus")

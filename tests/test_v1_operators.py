@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from prd_jax.evaluate import build_spec
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.operators import tournament
 from prd_jax.operators.judges import RatingParser, RatingTokens, rating_distribution
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
@@ -195,7 +195,7 @@ N = 6
 
 
 def test_best_of_n_pointwise_budget_and_choice():
-    res = run(BestOfN(N, "pointwise", 16, 32, 8, THINK))
+    res = run(BestOfN(N, "self_pointwise", 16, 32, 8, THINK))
     assert selected(res) == N - 1  # rated 1 + m
     draft = SOLVE_IN + CAND
     assert int(res.b_total_io[0]) == N * draft + N * (POINT_IN + POINT_OUT)
@@ -234,7 +234,7 @@ def test_forced_ratings_match_tags_and_are_counted():
 
 
 def test_no_reasoning_judge_reads_forced_ratings():
-    res = run(BestOfN(N, "pointwise", 16, 32, 8, Judge(max_new_tokens=0)))
+    res = run(BestOfN(N, "self_pointwise", 16, 32, 8, Judge(max_new_tokens=0)))
     assert selected(res) == N - 1 and int(res.judge_unparsed[0]) == 0  # nothing to parse
 
 
@@ -243,7 +243,7 @@ def test_round_robin_and_random_pairing_budgets():
     assert int(judge_calls(rr).sum()) == N * (N - 1) // 2
     assert int((np.asarray(rr.calls.accepted[0]) & judge_calls(rr)).sum()) == N - 1
     assert selected(rr) == N - 1
-    rp = run(BestOfN(N, "random", 16, 32, 8, Judge(max_new_tokens=64, budget_multiple=2)), key=5)
+    rp = run(BestOfN(N, "pairwise_random", 16, 32, 8, Judge(max_new_tokens=64, budget_multiple=2)), key=5)
     host = tournament.random_pairing(N, quality_judge, 2 * N, seed=host_seed(5, 2))
     assert int(judge_calls(rp).sum()) == host.calls == 2 * N
     assert selected(rp) == host.best

@@ -60,9 +60,9 @@ def get_config(arg=None):
     judge = dict(domain="math", max_new_tokens=think)
     ops = [dict(type="long_cot", max_new_tokens=gen),
            dict(type="best_of_n", n=n, selector="majority", **common),
-           dict(type="best_of_n", n=n, selector="pointwise", judge=judge, **common)]
+           dict(type="best_of_n", n=n, selector="self_pointwise", judge=judge, **common)]
     for m in ((1,) if smoke else (1, 2, 3)):
-        for selector in ("pairwise_v1", "random"):
+        for selector in ("pairwise_v1", "pairwise_random"):
             ops.append(dict(type="best_of_n", n=n, selector=selector, judge=dict(judge, budget_multiple=m),
                             **common))
     if not smoke:

@@ -1,5 +1,5 @@
 """V1 paper (arXiv 2603.04304 §4): how the pairs are chosen. Swiss (uncertainty-guided,
-`pairwise_v1`) against random disjoint pairing (`random`) at m = 1, 2, 3 judge calls per
+`pairwise_v1`) against random disjoint pairing (`pairwise_random`) at m = 1, 2, 3 judge calls per
 candidate, and round-robin (all C(16, 2) = 120 pairs, 7.5 calls per candidate) as the
 exhaustive reference.
 
@@ -30,6 +30,6 @@ def get_config(arg=None):
         raise ValueError(f"configs/eval/v1_pairing_ablation.py: arg {arg!r} unknown; allowed: {ARGS}")
     c = load_config(f"{os.path.join(HERE, 'v1_best_of_n.py')}:{arg}")  # pod, data, sampling (top-p 0.95)
     c.operators = [dict(COMMON, selector=s, judge=dict(JUDGE, budget_multiple=m))
-                   for m in (1, 2, 3) for s in ("pairwise_v1", "random")]
+                   for m in (1, 2, 3) for s in ("pairwise_v1", "pairwise_random")]
     c.operators.append(dict(COMMON, selector="round_robin", judge=JUDGE))
     return c

@@ -31,8 +31,8 @@ def get_config(arg=None):
     if arg not in ARGS:
         raise ValueError(f"configs/eval/v1_pointwise_vs_pairwise.py: arg {arg!r} unknown; allowed: {ARGS}")
     c = load_config(f"{os.path.join(HERE, 'v1_best_of_n.py')}:{arg}")  # pod, data, sampling (top-p 0.95)
-    c.operators = [dict(COMMON, n=32, selector="pointwise", judge=JUDGE),
+    c.operators = [dict(COMMON, n=32, selector="self_pointwise", judge=JUDGE),
                    dict(COMMON, n=16, selector="pairwise_v1", judge=dict(JUDGE, budget_multiple=3)),
                    dict(COMMON, n=16, selector="pairwise_v1", judge=JUDGE),
-                   dict(COMMON, n=16, selector="pointwise", judge=JUDGE)]
+                   dict(COMMON, n=16, selector="self_pointwise", judge=JUDGE)]
     return c

@@ -27,6 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from prd_jax.aot import estimate as E
 from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+from prd_jax.operators.registry import operator_for
 
 
 @dataclasses.dataclass
@@ -266,8 +267,8 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
         op = stage.operator
         shape = (stage.num_operator * rl.samples_per_prompt, rl.problem_tokens)
         calls = operator_calls(cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id)
-        progs.append(operator_program("operator_rl.pdr_round", cfg, mesh, op.spec, op.ctx, shape,
-                                      tokenizer.pad_id, calls, chip))
+        name = f"operator_rl.{operator_for(op.spec).name}_round"  # the registered name: pdr_round, ...
+        progs.append(operator_program(name, cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id, calls, chip))
         progs += call_programs(cfg, mesh, calls, chip, tokenizer.pad_id, "rl.max_rows_per_call")
     if stage.verifier:
         v = stage.verifier
@@ -336,12 +337,12 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    from prd_jax.evaluate import _context, _k_max
+    from prd_jax.evaluate import _context
     from prd_jax.operators.specs import Sampling
 
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
                         config.get("max_rows_per_call", 0))
-    return _context(tokenizer, sampling, getattr(spec, "kappa", None), _k_max(spec), config.get("templates", "default"))
+    return _context(tokenizer, sampling, spec.kappa, spec.k_max, config.get("templates", "default"))
 
 
 def _eval_calls(config, cfg, mesh, tokenizer, spec) -> List[SamplerCall]:

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from typing import List, Optional
 
+import jax
+from jax.experimental import topologies
+
+from prd_jax.aot import programs as PG
 from prd_jax.aot.chips import Target, parse_target
+from prd_jax.data.synthetic import CharVocab
+from prd_jax.mesh import make_mesh
+from prd_jax.train.setup import model_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +71,10 @@ def _with_devices(t: Target, devices: Optional[int]) -> Target:
 
 def target_devices(target: Target) -> list:
     """TPU: the topology's devices from libtpu (no TPU needed); GPU: the simulated CPU devices."""
-    import jax
-
     if target.chip.platform == "tpu":
-        import os
-
         # AOT only: no TPU is opened, so another process (a run, a second compile) may hold libtpu.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         try:
-            from jax.experimental import topologies
-
             return list(topologies.get_topology_desc(platform="tpu", topology_name=target.topology).devices)
         except Exception as e:  # libtpu missing or topology unknown
             raise RuntimeError(f"cannot get TPU topology {target.topology!r} ({e}); TPU AOT needs libtpu: "
@@ -90,13 +92,7 @@ def tokenizer_for(config):
 
     Only template piece lengths depend on it (problems and candidates are padded to their
     configured widths), so a stand-in moves prompt widths by the template length difference."""
-    import os
-
-    from prd_jax.train.setup import model_tokenizer
-
     if config.get("tokenizer") == "char":
-        from prd_jax.data.synthetic import CharVocab
-
         return CharVocab(), "char"
     name = config.model if isinstance(config.model, str) else config.model.name
     path = config.get("model_path") if isinstance(config.model, str) else config.model.get("path")
@@ -107,9 +103,6 @@ def tokenizer_for(config):
 
 def build(config, target: Target, whole_operators: bool = False):
     """(mesh, programs, tokenizer label) for `config` on `target`."""
-    from prd_jax.aot import programs as PG
-    from prd_jax.mesh import make_mesh
-
     mesh = make_mesh(config.get("mesh") or None, target_devices(target))
     if mesh.devices.size != target.devices:
         raise ValueError(f"config.mesh={config.get('mesh')!r} uses {mesh.devices.size} devices; the target "
@@ -125,9 +118,6 @@ def build(config, target: Target, whole_operators: bool = False):
 
 def estimate_table(config, target: Target) -> str:
     """The whole-eval roofline (`programs.eval_estimates`) as a table, with a total line."""
-    from prd_jax.aot import programs as PG
-    from prd_jax.mesh import make_mesh
-
     mesh = make_mesh(config.get("mesh") or None, target_devices(target))
     tok, _ = tokenizer_for(config)
     rows = PG.eval_estimates(config, PG.model_config(config), mesh, tok, target.chip)

@@ -1,4 +1,7 @@
-"""Benchmark data: locate and read the math JSONL files; TFDS builders and seqio tasks over them.
+"""Benchmark data: locate and read the math and code JSONL files; TFDS builders and seqio tasks over them.
+
+Training and eval read data through `seqio_rows.read(task_or_mixture, split)` (seqio is the one
+data path; the module itself is TF-free and loads seqio on first read).
 
 Importing `prd_jax.data` is cheap: it loads only `paths` and `jsonl` (no TensorFlow, no seqio).
 The TensorFlow-based modules are imported explicitly:

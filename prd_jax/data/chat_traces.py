@@ -30,7 +30,7 @@ called, so `import prd_jax.data.chat_traces` stays TF-free.
     ds = seqio.get_mixture_or_task("my_sft").get_dataset(
         sequence_length=None, split="validation", shuffle=False)
 
-Task examples: `inputs` = prompt ids, `targets` = completion ids (see `sft.render_example`),
+Task examples: `inputs` = prompt ids, `targets` = completion ids (see `render_example`),
 plus `id`, `prompt_messages` and `response` strings.
 
 Prepared datasets go to `<tfds_dir>/prd_chat_traces/<name>_<digest>/`, where the digest
@@ -47,13 +47,15 @@ import importlib
 import json
 import os
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
 
 from prd_jax.data import paths
 
-__all__ = ["TRAIN_FILE", "VALIDATION_FILE", "BUILDER_NAME", "normalize_row", "read_rows",
+__all__ = ["TRAIN_FILE", "VALIDATION_FILE", "BUILDER_NAME", "render_example", "normalize_row", "read_rows",
            "in_validation", "split_names", "split_rows", "builder_class", "get_builder",
-           "prepare", "build", "register_chat_task"]
+           "prepare", "build", "register_chat_task", "register_chat_text_task"]
 
 TRAIN_FILE = "train.jsonl"
 VALIDATION_FILE = "validation.jsonl"
@@ -197,6 +199,52 @@ def split_rows(data_dir: str | os.PathLike, validation_fraction: float = 0.05,
             "validation": [r for r, h in zip(train, held) if h]}
 
 
+# ---------------------------------------------------------------- rendering (chat template)
+
+
+def _end_of_turn_ids(tokenizer: Any, context: list, prompt_text: str, response: str) -> list[int]:
+    """Ids the chat template writes after the assistant content, through the first stop id.
+
+    Renders the whole chat; when it extends the prompt and contains the response after it,
+    the text following the last copy of the response is encoded and cut after its first
+    `stop_ids` token (SmolLM2: `<|im_end|>`, CharVocab: `<|eos|>`). Otherwise (a template
+    that rewrites the response) this is `[eos_id]`.
+    """
+    full = tokenizer.apply_chat_template(context + [{"role": "assistant", "content": response}],
+                                         add_generation_prompt=False)
+    stops = set(tokenizer.stop_ids)
+    at = full.rfind(response)
+    if full.startswith(prompt_text) and at >= len(prompt_text):
+        suffix = tokenizer.encode(full[at + len(response):])
+        for i, tid in enumerate(suffix):
+            if tid in stops:
+                return list(suffix[:i + 1])
+    return [int(tokenizer.eos_id)]
+
+
+def render_example(tokenizer: Any, messages_or_prompt: Union[str, Sequence[Mapping[str, str]]],
+                   response: str) -> tuple[list[int], list[int]]:
+    """(prompt_ids, completion_ids) of one SFT example.
+
+    prompt = the chat template over the context (a prompt string is one user turn) with
+    `add_generation_prompt=True`, exactly what inference feeds the model. completion = the
+    response text, encoded on its own (as it would be generated after the prompt), plus the
+    end-of-turn token the template writes after an assistant turn (see `_end_of_turn_ids`),
+    so the model learns to stop where the sampler's `stop_ids` end generation.
+    """
+    if isinstance(messages_or_prompt, str):
+        context = [{"role": "user", "content": messages_or_prompt}]
+    else:
+        context = [dict(m) for m in messages_or_prompt]
+    if not isinstance(response, str) or not response:
+        raise ValueError(f"response={response!r:.80}; must be a non-empty string")
+    prompt_text = tokenizer.apply_chat_template(context, add_generation_prompt=True)
+    prompt_ids = [int(t) for t in tokenizer.encode(prompt_text)]
+    completion_ids = [int(t) for t in tokenizer.encode(response)]
+    completion_ids += _end_of_turn_ids(tokenizer, context, prompt_text, response)
+    return prompt_ids, completion_ids
+
+
 # ---------------------------------------------------------------- TFDS builder (lazy TF)
 
 
@@ -325,14 +373,12 @@ def register_chat_task(name: str, data_dir: str | os.PathLike, vocabulary: Any, 
 
     `vocabulary` is an `HFVocabulary` (or a tokenizer, which gets wrapped). Examples hold
     `inputs` (prompt ids: the chat template with the generation prompt) and `targets`
-    (completion ids: response plus end of turn), both from `sft.render_example`, so the
+    (completion ids: response plus end of turn), both from `render_example`, so the
     task and `sft.examples_from_rows` agree token for token. Registering reads no data; the
     first `get_dataset` prepares the TFDS dataset.
     """
-    import numpy as np
     import seqio
 
-    from prd_jax.data import sft
     from prd_jax.data._tf import tf
 
     vocab, tokenizer = _as_vocabulary(vocabulary)
@@ -345,7 +391,7 @@ def register_chat_task(name: str, data_dir: str | os.PathLike, vocabulary: Any, 
 
     def render_np(messages_json, response):
         messages = json.loads(messages_json.decode("utf-8"))
-        prompt_ids, completion_ids = sft.render_example(tokenizer, messages,
+        prompt_ids, completion_ids = render_example(tokenizer, messages,
                                                         response.decode("utf-8"))
         return np.asarray(prompt_ids, np.int32), np.asarray(completion_ids, np.int32)
 
@@ -369,3 +415,34 @@ def register_chat_task(name: str, data_dir: str | os.PathLike, vocabulary: Any, 
         },
         metric_fns=[])
     return name
+
+
+def register_chat_text_task(data_dir: str | os.PathLike, *, name: str = "prd_sft_traces",
+                            tfds_dir: Optional[str] = None, validation_fraction: float = 0.05,
+                            holdout_seed: int = 0) -> str:
+    """Register (or replace) a text-only seqio task over trace dir `data_dir`; returns its name.
+
+    The task name is `prd_chat_<builder config name>` (the config name carries a digest of the
+    trace dir and settings). Examples are `id`, `prompt_messages` (JSON list of {role,
+    content}) and `targets` (the response text), in file order: the SFT text contract of
+    `train.setup` (no tokenizer needed to register or read it). Registering reads no data.
+    """
+    import seqio
+
+    builder = get_builder(name, data_dir, tfds_dir, validation_fraction, holdout_seed)
+    splits = split_names(data_dir, validation_fraction)
+
+    def dataset_fn(split: str, shuffle_files: bool, seed: Optional[int] = None):
+        del shuffle_files, seed  # file order; shuffling is the consumer's job (sft.SFTBatches)
+        return prepare(builder).as_dataset(split=split, shuffle_files=False)
+
+    @seqio.map_over_dataset
+    def as_text(ex: dict) -> dict:
+        return {"id": ex["id"], "prompt_messages": ex["prompt_messages"], "targets": ex["response"]}
+
+    task_name = f"prd_chat_{builder.builder_config.name}"
+    if task_name in seqio.TaskRegistry.names():
+        seqio.TaskRegistry.remove(task_name)
+    seqio.TaskRegistry.add(task_name, source=seqio.FunctionDataSource(dataset_fn, splits=splits),
+                           preprocessors=[as_text], output_features={}, metric_fns=[])
+    return task_name

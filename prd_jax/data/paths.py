@@ -1,7 +1,7 @@
 """Where benchmark data and prepared TFDS datasets live. Imports only the standard library.
 
 Benchmark JSONL files are never part of this repository; they are read from a *data dir*,
-the directory that contains `math/gsm8k_test.jsonl` etc. `data_dir()` picks it, first match:
+the directory that contains `math/gsm8k_test.jsonl`, `code/humaneval.jsonl` etc. `data_dir()` picks it, first match:
 
 1. the explicit argument (a config value, a CLI flag, a test's tmp dir);
 2. the environment variable `PRD_DATA_DIR`;
@@ -32,11 +32,12 @@ DATASETS: dict[str, str] = {
     "math500": "math/math500.jsonl",
     "aime2024": "math/aime2024.jsonl",
     "aime2025": "math/aime2025.jsonl",
+    "humaneval": "code/humaneval.jsonl",
 }
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _HOW_TO_SET = (
-    f"Set the environment variable {DATA_DIR_ENV} to the directory that contains math/ "
+    f"Set the environment variable {DATA_DIR_ENV} to the directory that contains math/ and code/ "
     f"(e.g. `export {DATA_DIR_ENV}=/path/to/shared/data`) or pass data_dir explicitly."
 )
 
@@ -57,7 +58,7 @@ def _resolve(explicit: Optional[str | os.PathLike]) -> tuple[str, str]:
 
 
 def data_dir(explicit: Optional[str | os.PathLike] = None) -> str:
-    """The benchmark data dir (the directory containing `math/`), as an absolute path.
+    """The benchmark data dir (the directory containing `math/` and `code/`), as an absolute path.
 
     Raises FileNotFoundError if the chosen directory does not exist.
     """

@@ -2,8 +2,9 @@
 
 An *example* is `(prompt_ids, completion_ids)`. `render_example` makes one from chat messages
 (or a prompt string) and a response; `examples_from_rows` does so for trace rows (see
-`chat_traces`), `examples_from_task` reads them from a seqio task registered by
-`chat_traces.register_chat_task`. NumPy only: no TensorFlow unless a task is read.
+`chat_traces`), `examples_from_text_rows` for the text rows of an SFT seqio task (the path
+`train.setup.sft_examples` takes), `examples_from_task` reads tokenized examples from a seqio
+task registered by `chat_traces.register_chat_task`. NumPy only: no TensorFlow unless a task is read.
 
 Batch layout (`pack`, `pad`, `SFTBatches`), every array `[B, T]` with T = `seq_len`:
 
@@ -28,14 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from prd_jax.data import chat_traces
 
 __all__ = ["BATCH_KEYS", "OVERLONG", "MODES", "FitCounts", "render_example",
-           "examples_from_rows", "examples_from_task", "fit_examples", "pack", "pad",
+           "examples_from_rows", "examples_from_text_rows", "examples_from_task", "fit_examples", "pack", "pad",
            "SFTBatches"]
 
 BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
@@ -49,47 +50,7 @@ Batch = dict[str, np.ndarray]
 # ---------------------------------------------------------------- rendering
 
 
-def _end_of_turn_ids(tokenizer: Any, context: list, prompt_text: str, response: str) -> list[int]:
-    """Ids the chat template writes after the assistant content, through the first stop id.
-
-    Renders the whole chat; when it extends the prompt and contains the response after it,
-    the text following the last copy of the response is encoded and cut after its first
-    `stop_ids` token (SmolLM2: `<|im_end|>`, CharVocab: `<|eos|>`). Otherwise (a template
-    that rewrites the response) this is `[eos_id]`.
-    """
-    full = tokenizer.apply_chat_template(context + [{"role": "assistant", "content": response}],
-                                         add_generation_prompt=False)
-    stops = set(tokenizer.stop_ids)
-    at = full.rfind(response)
-    if full.startswith(prompt_text) and at >= len(prompt_text):
-        suffix = tokenizer.encode(full[at + len(response):])
-        for i, tid in enumerate(suffix):
-            if tid in stops:
-                return list(suffix[:i + 1])
-    return [int(tokenizer.eos_id)]
-
-
-def render_example(tokenizer: Any, messages_or_prompt: Union[str, Sequence[Mapping[str, str]]],
-                   response: str) -> tuple[list[int], list[int]]:
-    """(prompt_ids, completion_ids) of one SFT example.
-
-    prompt = the chat template over the context (a prompt string is one user turn) with
-    `add_generation_prompt=True`, exactly what inference feeds the model. completion = the
-    response text, encoded on its own (as it would be generated after the prompt), plus the
-    end-of-turn token the template writes after an assistant turn (see `_end_of_turn_ids`),
-    so the model learns to stop where the sampler's `stop_ids` end generation.
-    """
-    if isinstance(messages_or_prompt, str):
-        context = [{"role": "user", "content": messages_or_prompt}]
-    else:
-        context = [dict(m) for m in messages_or_prompt]
-    if not isinstance(response, str) or not response:
-        raise ValueError(f"response={response!r:.80}; must be a non-empty string")
-    prompt_text = tokenizer.apply_chat_template(context, add_generation_prompt=True)
-    prompt_ids = [int(t) for t in tokenizer.encode(prompt_text)]
-    completion_ids = [int(t) for t in tokenizer.encode(response)]
-    completion_ids += _end_of_turn_ids(tokenizer, context, prompt_text, response)
-    return prompt_ids, completion_ids
+render_example = chat_traces.render_example  # re-exported: one chat rendering for SFT and tasks
 
 
 def examples_from_rows(tokenizer: Any, rows: Sequence[Mapping]
@@ -107,6 +68,48 @@ def examples_from_rows(tokenizer: Any, rows: Sequence[Mapping]
             messages, response = norm["prompt_messages"], norm["response"]
         prompt, completion = render_example(tokenizer, messages, response)
         out.append((np.asarray(prompt, np.int32), np.asarray(completion, np.int32)))
+    return out
+
+
+TEXT_PROMPT_FIELDS = ("prompt_messages", "inputs_pretokenized", "inputs")
+TEXT_TARGET_FIELDS = ("targets_pretokenized", "targets")
+
+
+def _text_field(row: Mapping, names: Sequence[str], where: str) -> tuple[str, Any]:
+    """(name, value) of the first of `names` in `row` holding text (a str, or a list for messages)."""
+    for name in names:
+        value = row.get(name)
+        if isinstance(value, str) or (name == "prompt_messages" and isinstance(value, list)):
+            return name, value
+    raise ValueError(f"{where}: no text field among {list(names)} (got fields {sorted(row)}); an SFT "
+                     f"task must output the prompt as text 'inputs' (or 'inputs_pretokenized', or "
+                     f"'prompt_messages' as a JSON list of {{role, content}}) and the completion as "
+                     f"text 'targets' (or 'targets_pretokenized')")
+
+
+def examples_from_text_rows(tokenizer: Any, rows: Sequence[Mapping], source: str = "rows"
+                            ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Examples of text rows read from an SFT seqio task (`data.seqio_rows.read`).
+
+    The contract: the completion is `targets_pretokenized` or `targets` (a str); the prompt is
+    `prompt_messages` (a JSON list of {role, content}, for multi-turn or system context) or
+    else `inputs_pretokenized` / `inputs` (a str: one user turn). Each is rendered with
+    `render_example` (the tokenizer's chat template). `source` names the rows in errors.
+    """
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{source}[{i}]"
+        prompt_field, prompt = _text_field(row, TEXT_PROMPT_FIELDS, where)
+        _, response = _text_field(row, TEXT_TARGET_FIELDS, where)
+        if prompt_field == "prompt_messages" and isinstance(prompt, str):
+            try:
+                prompt = json.loads(prompt)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: field 'prompt_messages' is not JSON ({e.msg})") from None
+        if not response:
+            raise ValueError(f"{where}: the completion ('targets') is empty")
+        ids_prompt, ids_completion = render_example(tokenizer, prompt, response)
+        out.append((np.asarray(ids_prompt, np.int32), np.asarray(ids_completion, np.int32)))
     return out
 
 

@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "held_out", "parse_problem",
            "solve", "final_answer", "corrupt_solution",
-           "solve_example", "pdr_trace", "sr_trace", "judge_trace", "as_messages", "write_jsonl", "register_synthetic_task",
+           "solve_example", "pdr_trace", "sr_trace", "judge_trace", "sft_traces", "sft_split_rows", "as_messages",
+           "write_jsonl", "register_synthetic_task", "register_problems_task", "register_sft_task",
            "CharVocab"]
 
 FAMILIES = ("modchain", "modinverse")
@@ -307,7 +308,7 @@ def corrupt_solution(rng: np.random.Generator, problem: Mapping) -> str:
 
 def solve_example(problem: Mapping, templates: str = "default") -> dict:
     """SFT row {id, prompt, response}: the set's SOLVE prompt and the gold chain of thought."""
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
     solve = prompts.template_set(templates)["solve"]
     return {"id": problem["id"], "prompt": prompts.render(solve, problem=problem["problem"]),
             "response": problem["solution"]}
@@ -320,7 +321,7 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
     Returns {id, prompt_candidates, wrong (per candidate), prompt (the set's PDR_TOPK user
     text with the rendered workspace), response (the gold solution)}.
     """
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
     _check_rng(rng)
     k = _check_int("k", k, 1)
     num_wrong = _check_int("num_wrong", num_wrong, 0)
@@ -338,7 +339,7 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
 def sr_trace(rng: np.random.Generator, problem: Mapping, wrong: bool, templates: str = "default") -> dict:
     """An SR refine trace (PDR paper §2, sequential refinement): one earlier attempt,
     corrupted if `wrong`, then the gold solution. Returns {id, previous, wrong, prompt, response}."""
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
     previous = corrupt_solution(_check_rng(rng), problem) if wrong else problem["solution"]
     prompt = prompts.render(prompts.template_set(templates)["sr_refine"], problem=problem["problem"], previous=previous)
     return {"id": problem["id"], "previous": previous, "wrong": bool(wrong), "prompt": prompt,
@@ -353,11 +354,11 @@ def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templa
     corrupted where `wrong[i]`), then the forced-rating tags a judge with a zero reasoning
     budget completes (`operators.judges.FORCED_PREFIXES`): 10 for a correct candidate, 1 for
     a wrong one. Returns {id, candidates, wrong, prompt, response}."""
-    from prd_jax.operators import prompts
+    from prd_jax import prompts
     from prd_jax.operators.judges import FORCED_PREFIXES
     _check_rng(rng)
     cands = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
-    prompt = prompts.render(prompts.template_set(templates)["pairwise_math"], problem=problem["problem"],
+    prompt = prompts.render(prompts.template_set(templates)["pairwise"], problem=problem["problem"],
                            candidate_a=cands[0], candidate_b=cands[1])
     a, b = (JUDGE_RATINGS[0] if w else JUDGE_RATINGS[1] for w in wrong)
     open_a, open_b = FORCED_PREFIXES["pairwise"]
@@ -449,7 +450,7 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
         if max(wrong_choices) > k:
             raise ValueError(f"num_wrong={num_wrong!r}; every value must be <= k={k}")
     _difficulties(difficulty)
-    from prd_jax.operators.prompts import template_set
+    from prd_jax.prompts import template_set
     template_set(templates)
     modulus = _check_modulus(_check_family(family), modulus)
 
@@ -493,6 +494,101 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
         },
         metric_fns=[])
     return name
+
+
+def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: float = 0.0, pdr_k: int = 2,
+               sr_fraction: float = 0.0, judge_fraction: float = 0.0, templates: str = "default") -> list[dict]:
+    """SFT rows {id, prompt, response, ...} of one problem: its single-pass trace, then, each
+    with its probability, a PDR refine trace (`pdr_k` candidates, 0..k of them wrong,
+    uniformly), an SR refine trace (the earlier attempt wrong with probability 1/2) and a
+    pairwise judge trace (each candidate wrong with probability 1/2). Draws from `rng` in
+    that order, so one rng over a problem list gives one reproducible trace list."""
+    rows = [solve_example(problem, templates)]
+    if rng.random() < pdr_fraction:
+        rows.append(pdr_trace(rng, problem, pdr_k, int(rng.integers(0, pdr_k + 1)), templates))
+    if rng.random() < sr_fraction:
+        rows.append(sr_trace(rng, problem, bool(rng.integers(2)), templates))
+    if rng.random() < judge_fraction:
+        rows.append(judge_trace(rng, problem, tuple(bool(w) for w in rng.integers(0, 2, 2)), templates))
+    return rows
+
+
+def sft_split_rows(seed: int, num_train: int, num_eval: int, difficulty: Difficulty,
+                   family: str = "modchain", templates: str = "default", **fractions: Any
+                   ) -> dict[str, list[dict]]:
+    """{"train", "validation"}: trace rows {id, inputs: prompt text, targets: response} of
+    `generate(num_train, seed)` then `generate(num_eval, seed + 10_000)` problems, with ONE
+    `np.random.default_rng(seed)` for both (train first), as `train.setup` always drew them.
+    `fractions`: the `sft_traces` keywords (pdr_fraction, pdr_k, sr_fraction, judge_fraction).
+    A split with no problems is left out."""
+    rng = np.random.default_rng(_check_int("seed", seed, 0))
+    out = {}
+    for split, n, split_seed in (("train", num_train, seed), ("validation", num_eval, seed + 10_000)):
+        rows = [{"id": r["id"], "inputs": r["prompt"], "targets": r["response"]}
+                for p in generate(n, split_seed, difficulty, family)
+                for r in sft_traces(rng, p, templates=templates, **fractions)]
+        if rows:
+            out[split] = rows
+    return out
+
+
+def _register_rows_task(name: str, splits: tuple, make_rows: Callable[[], dict[str, list[dict]]]) -> str:
+    """Register (or replace) a source-only seqio task whose `splits` hold the rows of
+    `make_rows()` (computed once, on first read): text and int columns, no preprocessors."""
+    import seqio
+    from prd_jax.data._tf import tf
+
+    cache: dict[str, dict[str, list[dict]]] = {}
+
+    def rows() -> dict[str, list[dict]]:
+        if "rows" not in cache:
+            cache["rows"] = make_rows()
+        return cache["rows"]
+
+    def dataset_fn(split: str, shuffle_files: bool, seed: Optional[int] = None):
+        del shuffle_files, seed  # one in-memory shard, in generation order
+        split_rows = rows()[split]
+        return tf.data.Dataset.from_tensor_slices({key: [r[key] for r in split_rows] for key in split_rows[0]})
+
+    if name in seqio.TaskRegistry.names():
+        seqio.TaskRegistry.remove(name)
+    seqio.TaskRegistry.add(name, source=seqio.FunctionDataSource(dataset_fn, splits=tuple(splits)),
+                           preprocessors=[], output_features={}, metric_fns=[])
+    return name
+
+
+def register_problems_task(name: str, splits: Mapping[str, tuple[int, int]], difficulty: Difficulty,
+                           family: str = "modchain", modulus: Optional[int] = None) -> str:
+    """Register (or replace) seqio task `name` whose split `s` holds `generate(*splits[s], ...)`:
+    the problem rows {id, problem, answer, solution, difficulty, family, modulus}. `splits`
+    maps split -> (num_problems >= 1, seed). Returns `name`."""
+    for split, (n, seed) in splits.items():
+        _check_int(f"splits[{split!r}] num_problems", n, 1)
+        _check_int(f"splits[{split!r}] seed", seed, 0)
+    _difficulties(difficulty)
+    modulus = _check_modulus(_check_family(family), modulus)
+    if not splits:
+        raise ValueError("splits is empty; give {split: (num_problems, seed)}")
+    return _register_rows_task(name, tuple(splits), lambda: {split: generate(n, seed, difficulty, family, modulus)
+                                              for split, (n, seed) in splits.items()})
+
+
+def register_sft_task(name: str, seed: int, num_train: int, num_eval: int, difficulty: Difficulty,
+                      family: str = "modchain", templates: str = "default", **fractions: Any) -> str:
+    """Register (or replace) seqio task `name` over `sft_split_rows(...)`: splits "train" and
+    (with num_eval > 0) "validation", text features `inputs` (the user prompt) and `targets`
+    (the response): the SFT contract of `train.setup`. Returns `name`."""
+    _check_int("num_train", num_train, 1)
+    _check_int("num_eval", num_eval, 0)
+    _difficulties(difficulty)
+    _check_family(family)
+    unknown = set(fractions) - {"pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction"}
+    if unknown:
+        raise ValueError(f"unknown trace settings {sorted(unknown)}; allowed: pdr_fraction, pdr_k, "
+                         "sr_fraction, judge_fraction")
+    splits = ("train", "validation") if num_eval else ("train",)
+    return _register_rows_task(name, splits, lambda: sft_split_rows(seed, num_train, num_eval, difficulty,
+                                                                    family, templates, **fractions))
 
 
 # ---------------------------------------------------------------- char-level vocabulary

@@ -1,4 +1,7 @@
-"""seqio Tasks over the TFDS math builders: `prd_gsm8k`, `prd_math500`, `prd_aime2024`, ...
+"""Tokenized seqio Tasks over the TFDS builders: `prd_gsm8k`, `prd_math500`, `prd_aime2024`, ...
+
+(`seqio_rows` registers the same names without preprocessors, for reading rows; either
+registration serves the same source.)
 
     from prd_jax.data import tasks, vocab
     names = tasks.register_tasks(vocab.HFVocabulary(tokenizer))

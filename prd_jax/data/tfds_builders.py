@@ -1,4 +1,4 @@
-"""TFDS builders for the math benchmarks, fed from local JSONL files (TFDS *manual dir* pattern).
+"""TFDS builders for the math and code benchmarks, fed from local JSONL files (TFDS *manual dir* pattern).
 
 Nothing is downloaded. Each builder reads its JSONL files from `dl_manager.manual_dir`, which
 this module sets to the benchmark *data dir* itself (the directory that contains `math/`, see
@@ -9,14 +9,17 @@ this module sets to the benchmark *data dir* itself (the directory that contains
     <manual_dir>/math/math500.jsonl       -> prd_math500  split test
     <manual_dir>/math/aime2024.jsonl      -> prd_aime2024 split test
     <manual_dir>/math/aime2025.jsonl      -> prd_aime2025 split test
+    <manual_dir>/code/humaneval.jsonl     -> prd_humaneval split test
 
 Prepared datasets are written under the TFDS data dir `paths.tfds_dir()` (default
 `~/.cache/prd_jax/tfds`, or `$PRD_TFDS_DIR`). Preparing is idempotent: an already prepared
 version is reused as is. It is *not* refreshed when the JSONL files change; pass `force=True`
 (or delete `<tfds_dir>/<builder name>`) after editing the data.
 
-Examples keep the JSONL file order (`disable_shuffling`), with features `id`, `problem`,
-`answer` (text).
+Examples keep the JSONL file order (`disable_shuffling`), with text features `id`, `problem`,
+`answer`. `prd_humaneval` keeps the five HumanEval fields exactly as in the file (`task_id`,
+`prompt`, `canonical_solution`, `test`, `entry_point`) and adds the same three convenience
+fields: `id` = task_id, `problem` = prompt, `answer` = task_id.
 
     from prd_jax.data import tfds_builders
     splits = tfds_builders.build("gsm8k")        # {"train": tf.data.Dataset, "test": ...}
@@ -33,12 +36,12 @@ from etils import epath
 from prd_jax.data import jsonl, paths
 from prd_jax.data._tf import tf
 
-__all__ = ["PrdGsm8k", "PrdMath500", "PrdAime2024", "PrdAime2025", "BUILDERS", "builder_class",
+__all__ = ["PrdGsm8k", "PrdMath500", "PrdAime2024", "PrdAime2025", "PrdHumanEval", "BUILDERS", "builder_class",
            "get_builder", "download_config", "prepare", "build"]
 
 _MANUAL_INSTRUCTIONS = f"""\
 This dataset is built from local JSONL files; nothing is downloaded. The manual dir must be
-the benchmark data dir, i.e. the directory that contains `math/` with
+the benchmark data dir, i.e. the directory that contains `math/` and `code/` with
 {", ".join(sorted(os.path.basename(p) for p in paths.DATASETS.values()))}.
 `prd_jax.data.tfds_builders.prepare()` passes it for you: the `data_dir` argument, else
 ${paths.DATA_DIR_ENV}, else `<repo root>/../shared/data`. With the plain TFDS API use
@@ -126,19 +129,51 @@ class PrdAime2025(_MathProblems):
     DESCRIPTION = "AIME 2025 I and II problems with integer answers."
 
 
+HUMANEVAL_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+
+
+class PrdHumanEval(_MathProblems):
+    """HumanEval (164 Python functions with unit tests): the JSONL fields kept verbatim, plus
+    `id` = `answer` = task_id and `problem` = prompt, so code rows also fit the problem layout."""
+
+    name = "prd_humaneval"
+    SPLIT_FILES = {"test": "humaneval"}
+    RELEASE_NOTES = {"1.0.0": "Initial release: the HumanEval fields plus id, problem, answer."}
+    DESCRIPTION = "HumanEval: Python function signatures with docstrings, solutions and tests."
+    HOMEPAGE = "https://github.com/openai/human-eval"
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        text = tfds.features.Text()
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=self.DESCRIPTION,
+            features=tfds.features.FeaturesDict(
+                {key: text for key in ("id", "problem", "answer") + HUMANEVAL_FIELDS}),
+            homepage=self.HOMEPAGE,
+            disable_shuffling=True,
+        )
+
+    def _generate_examples(self, path: str):
+        for index, row in enumerate(jsonl.iter_json_objects(path, HUMANEVAL_FIELDS, key="task_id")):
+            fields = {key: row[key] for key in HUMANEVAL_FIELDS}
+            yield index, {**fields, "id": row["task_id"], "problem": row["prompt"],
+                          "answer": row["task_id"]}
+
+
 # Short name -> builder class. `builder_class` also accepts the TFDS names ("prd_gsm8k").
 BUILDERS: dict[str, type[_MathProblems]] = {
     "gsm8k": PrdGsm8k,
     "math500": PrdMath500,
     "aime2024": PrdAime2024,
     "aime2025": PrdAime2025,
+    "humaneval": PrdHumanEval,
 }
 
 BuilderLike = Union[str, _MathProblems]
 
 
 def builder_class(name: str) -> type[_MathProblems]:
-    """The builder class for "gsm8k" / "prd_gsm8k", "math500", "aime2024", "aime2025"."""
+    """The builder class for "gsm8k" / "prd_gsm8k", "math500", "aime2024", "aime2025", "humaneval"."""
     short = name[len("prd_"):] if name.startswith("prd_") else name
     if short not in BUILDERS:
         raise ValueError(f"unknown benchmark {name!r}; allowed names: {sorted(BUILDERS)}")

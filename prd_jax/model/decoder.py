@@ -328,3 +328,144 @@ def init_params(cfg: ModelConfig, key: Array):
     """Random params (unboxed), for tests and training from scratch."""
     tokens = jnp.zeros((1, 1), jnp.int32)
     return nn.meta.unbox(Decoder(cfg).init(key, tokens, tokens)["params"])
+
+
+# ---------------------------------------------------------------------------------------
+# Unrolled-layers decode (the sampler's while-loop body).
+#
+# Inside a decode loop, the scanned stack above dynamic-slices every layer's weights and
+# KV cache out of the stacked arrays on every step, and transposes the layer's cache for
+# attention. `decode_weights` instead slices the stacked params into per-layer arrays once
+# per generate call (outside the loop), fusing q/k/v and gate/up into one matmul each;
+# `decode_cache` splits the cache into per-layer `[B, K, S, Dh]` arrays, so each step
+# writes one slot of each in place and reads it without a transpose. The param tree is
+# unchanged: these are derived views, built inside the sampling program.
+# ---------------------------------------------------------------------------------------
+
+
+def can_fuse(mesh: Optional[Mesh]) -> bool:
+    """Fused q/k/v and gate/up weights only where the heads/mlp axes are not split over
+    `tensor` (concatenating tensor-sharded blocks would interleave the shards)."""
+    return mesh is None or mesh.shape.get("tensor", 1) == 1
+
+
+def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: Optional[bool] = None):
+    """Per-layer decode weights from the stacked params, cast to the compute dtype.
+
+    Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm"}` and the head,
+    `head_vd [V, D]` (tied: the embedding table) or `head_dv [D, V]` (untied `lm_head`);
+    a layer has `attn_norm`, `mlp_norm`, `o` `[N*Dh, D]`, `down` `[F, D]` and either fused
+    `qkv` `[D, (N+2K)*Dh]` and `gate_up` `[D, 2F]`, or separate `q`/`k`/`v`/`gate`/`up`.
+    """
+    dt = _DTYPES[cfg.dtype]
+    fuse = can_fuse(mesh) if fuse is None else fuse
+    d, n, k, h, f = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate
+    stack = params["layers"]
+    attn, mlp = stack["attn"], stack["mlp"]
+    layers = []
+    for i in range(cfg.num_layers):
+        q, kk, v = attn["q"][i].reshape(d, n * h), attn["k"][i].reshape(d, k * h), attn["v"][i].reshape(d, k * h)
+        layer = {"attn_norm": stack["attn_norm"]["scale"][i], "mlp_norm": stack["mlp_norm"]["scale"][i],
+                 "o": attn["o"][i].reshape(n * h, d).astype(dt), "down": mlp["down"][i].astype(dt)}
+        if fuse:
+            layer["qkv"] = jnp.concatenate([q, kk, v], axis=1).astype(dt)
+            layer["gate_up"] = jnp.concatenate([mlp["gate"][i], mlp["up"][i]], axis=1).astype(dt)
+        else:
+            layer.update(q=q.astype(dt), k=kk.astype(dt), v=v.astype(dt),
+                         gate=mlp["gate"][i].astype(dt), up=mlp["up"][i].astype(dt))
+        if cfg.qkv_bias:
+            layer["qkv_bias"] = jnp.concatenate([attn["q_bias"][i].reshape(-1), attn["k_bias"][i].reshape(-1),
+                                                 attn["v_bias"][i].reshape(-1)]).astype(dt)
+        if cfg.qk_norm:
+            layer["q_norm"], layer["k_norm"] = attn["q_norm"]["scale"][i], attn["k_norm"]["scale"][i]
+        layers.append(layer)
+    embed = params["embed"]
+    out = {"layers": tuple(layers), "embed": embed, "final_norm": params["final_norm"]["scale"]}
+    if cfg.tie_embeddings:  # the table itself, contracted on its embed axis: no transposed copy
+        out["head_vd"] = embed.astype(dt)
+    else:
+        out["head_dv"] = params["lm_head"].astype(dt)
+    return out
+
+
+DECODE_CACHE_AXES = ("batch", "kv_heads", "cache_length", "head_dim")
+
+
+def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None) -> tuple:
+    """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`, each `[B, K, S, Dh]`."""
+    def one(x):
+        return _constrain(jnp.swapaxes(x, 1, 2), DECODE_CACHE_AXES, mesh)
+    return tuple((one(cache.k[i]), one(cache.v[i])) for i in range(cache.k.shape[0]))
+
+
+def _rms(x: Array, scale: Array, eps: float) -> Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def _rope_1(x: Array, cos: Array, sin: Array) -> Array:
+    """`apply_rope` for one token per row: x `[B, N, Dh]`, cos/sin `[B, Dh/2]`."""
+    return apply_rope(x[:, None], cos[:, None], sin[:, None])[:, 0]
+
+
+def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, caches: tuple,
+                start: Array, index: Array, *, mesh: Optional[Mesh] = None):
+    """One token per row through the unrolled layers: `tokens [B]` at `positions [B]`.
+
+    Writes the token's keys/values at slot `index` of each layer's cache (`decode_cache`
+    layout) and attends to slots `start[b] <= j <= index`. Returns fp32 logits `[B, V]` and
+    the updated caches; equals `forward` with a one-token step (tested against it).
+    """
+    dt = _DTYPES[cfg.dtype]
+    n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    g = n // k
+    b = tokens.shape[0]
+    x = jnp.take(_constrain(weights["embed"], (None, None), mesh), tokens, axis=0).astype(dt)  # [B, D]
+    x = _constrain(x, ("batch", "embed"), mesh)
+    angles = positions.astype(jnp.float32)[:, None] * rope_inv_freq(h, cfg.rope_theta, cfg.rope_scaling)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)  # [B, Dh/2]
+    capacity = caches[0][0].shape[2]
+    slots = jnp.arange(capacity)[None, :]
+    mask = (slots <= index) & (slots >= start[:, None])  # [B, S]
+    scale = 1.0 / math.sqrt(h)
+    new_caches = []
+    for layer, (cache_k, cache_v) in zip(weights["layers"], caches):
+        y = _rms(x, layer["attn_norm"], cfg.rms_eps)
+        if "qkv" in layer:
+            qkv = y @ layer["qkv"]
+            if "qkv_bias" in layer:
+                qkv = qkv + layer["qkv_bias"]
+            q, key, val = jnp.split(qkv, [n * h, (n + k) * h], axis=-1)
+        else:
+            q, key, val = y @ layer["q"], y @ layer["k"], y @ layer["v"]
+            if "qkv_bias" in layer:
+                bq, bk, bv = jnp.split(layer["qkv_bias"], [n * h, (n + k) * h])
+                q, key, val = q + bq, key + bk, val + bv
+        q, key, val = q.reshape(b, n, h), key.reshape(b, k, h), val.reshape(b, k, h)
+        if "q_norm" in layer:
+            q, key = _rms(q, layer["q_norm"], cfg.rms_eps), _rms(key, layer["k_norm"], cfg.rms_eps)
+        q, key = _rope_1(q, cos, sin), _rope_1(key, cos, sin)
+        cache_k = jax.lax.dynamic_update_slice(cache_k, key[:, :, None].astype(cache_k.dtype), (0, 0, index, 0))
+        cache_v = jax.lax.dynamic_update_slice(cache_v, val[:, :, None].astype(cache_v.dtype), (0, 0, index, 0))
+        new_caches.append((cache_k, cache_v))
+        q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
+        scores = jnp.einsum("bkgh,bksh->bkgs", q, cache_k.astype(dt),
+                            preferred_element_type=jnp.float32) * scale
+        scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out = jnp.einsum("bkgs,bksh->bkgh", probs, cache_v.astype(dt)).reshape(b, n * h)
+        x = x + out @ layer["o"]
+        y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
+        if "gate_up" in layer:
+            gate, up = jnp.split(y @ layer["gate_up"], 2, axis=-1)
+        else:
+            gate, up = y @ layer["gate"], y @ layer["up"]
+        hid = _constrain(jax.nn.silu(gate) * up, ("batch", "mlp"), mesh)
+        x = _constrain(x + hid @ layer["down"], ("batch", "embed"), mesh)
+    x = _rms(x, weights["final_norm"], cfg.rms_eps)
+    if "head_vd" in weights:
+        logits = jnp.einsum("bd,vd->bv", x, weights["head_vd"], preferred_element_type=jnp.float32)
+    else:
+        logits = jnp.dot(x, weights["head_dv"], preferred_element_type=jnp.float32)
+    return _constrain(logits, ("batch", "vocab"), mesh), tuple(new_caches)

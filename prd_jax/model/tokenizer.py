@@ -24,8 +24,13 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
-from tokenizers import Tokenizer as _RustTokenizer
+import jinja2
+import numpy as np
+from gguf import GGUFReader, GGUFValueType
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, Tokenizer as _RustTokenizer, decoders, models, pre_tokenizers
 
 __all__ = ["Tokenizer", "GGUF_PRE_TOKENIZERS", "for_model"]
 
@@ -390,9 +395,6 @@ def _read_json(path: str) -> dict:
 
 def _read_gguf_tokenizer_metadata(path: str) -> dict[str, Any]:
     """The `tokenizer.*` and `general.*` metadata of a GGUF file, as Python values."""
-    import numpy as np
-    from gguf import GGUFReader, GGUFValueType
-
     class _Reader(GGUFReader):
         # GGUFReader slices its np.memmap once per metadata element, and memmap slicing is slow
         # (~3x the whole parse for a 49k-token vocabulary); a plain ndarray view of the same
@@ -440,11 +442,6 @@ def _compile_template(source: str):
     cached = _TEMPLATE_CACHE.get(source)
     if cached is not None:
         return cached
-
-    import jinja2
-    from jinja2 import nodes
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class _Generation(Extension):
         """`{% generation %}...{% endgeneration %}` marks assistant text; render the body as is."""

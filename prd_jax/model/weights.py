@@ -2,24 +2,28 @@
 
 Both readers expose tensors under HF transformers names and in HF layout
 (`[out, in]` for linear weights); `load_params` converts them to the decoder's param
-tree and places each one straight into its `NamedSharding` with
-`jax.make_array_from_callback`, so a device only ever receives its own shard.
+tree through the one HF name mapping (`prd_jax.model.hf_names`, which export uses too)
+and places each one straight into its `NamedSharding` with `jax.make_array_from_callback`,
+so a device only ever receives its own shard.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
+import gguf
 import jax
 import ml_dtypes
 import numpy as np
+from gguf.quants import dequantize
 from jax.sharding import Mesh, NamedSharding
 
 from prd_jax.mesh import tree_shardings
 from prd_jax.model.config import ModelConfig, RopeScaling
 from prd_jax.model.decoder import param_logical_axes, param_shapes
+from prd_jax.model.hf_names import param_builders
 
 # --------------------------------------------------------------------------- safetensors
 
@@ -148,8 +152,6 @@ def _unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def _checked_gguf_reader(path: str):
     """A `GGUFReader` that names the first tensor whose data lies past the end of the file."""
-    import gguf
-
     class Reader(gguf.GGUFReader):
         def _build_tensors(self, start_offs, fields):
             for field in fields:
@@ -223,8 +225,6 @@ class GGUFCheckpoint:
         return name in self._tensors
 
     def get(self, name: str) -> np.ndarray:
-        from gguf.quants import dequantize
-
         if name not in self._tensors:
             raise ValueError(f"GGUF file {self.path}: tensor for {name!r} not found")
         t = self._tensors[name]
@@ -243,67 +243,6 @@ class GGUFCheckpoint:
 
 # --------------------------------------------------------------------------- conversion
 
-def _hf_shape(cfg: ModelConfig, name: str) -> tuple:
-    """The HF-layout shape the config implies for tensor `name`."""
-    n, k, h, d, f, v = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim,
-                        cfg.hidden, cfg.intermediate, cfg.vocab_size)
-    table = {"q_proj.weight": (n, d), "k_proj.weight": (k, d), "v_proj.weight": (k, d),
-             "o_proj.weight": (d, n), "q_proj.bias": (n,), "k_proj.bias": (k,), "v_proj.bias": (k,),
-             "q_norm.weight": (h,), "k_norm.weight": (h,), "gate_proj.weight": (f, d),
-             "up_proj.weight": (f, d), "down_proj.weight": (d, f), "layernorm.weight": (d,),
-             "embed_tokens.weight": (v, d), "lm_head.weight": (v, d), "model.norm.weight": (d,)}
-    for suffix, shape in table.items():
-        if name.endswith(suffix):
-            return shape
-    raise KeyError(name)
-
-
-def _param_getters(cfg: ModelConfig, read: Callable[[str], np.ndarray]) -> dict:
-    """Our param tree, with a thunk per leaf that builds it (HF layout -> ours)."""
-    n, k, h, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden
-
-    def get(name: str) -> np.ndarray:
-        w = read(name)
-        if tuple(w.shape) != _hf_shape(cfg, name):
-            raise ValueError(f"checkpoint tensor {name!r}: shape {tuple(w.shape)}, "
-                             f"model config expects {_hf_shape(cfg, name)}")
-        return w
-
-    def per_layer(fn):
-        return lambda: np.stack([fn(f"model.layers.{i}.") for i in range(cfg.num_layers)])
-
-    attn = {
-        "q": per_layer(lambda p: get(p + "self_attn.q_proj.weight").T.reshape(d, n, h)),
-        "k": per_layer(lambda p: get(p + "self_attn.k_proj.weight").T.reshape(d, k, h)),
-        "v": per_layer(lambda p: get(p + "self_attn.v_proj.weight").T.reshape(d, k, h)),
-        "o": per_layer(lambda p: get(p + "self_attn.o_proj.weight").T.reshape(n, h, d)),
-    }
-    if cfg.qkv_bias:
-        attn["q_bias"] = per_layer(lambda p: get(p + "self_attn.q_proj.bias").reshape(n, h))
-        attn["k_bias"] = per_layer(lambda p: get(p + "self_attn.k_proj.bias").reshape(k, h))
-        attn["v_bias"] = per_layer(lambda p: get(p + "self_attn.v_proj.bias").reshape(k, h))
-    if cfg.qk_norm:
-        attn["q_norm"] = {"scale": per_layer(lambda p: get(p + "self_attn.q_norm.weight"))}
-        attn["k_norm"] = {"scale": per_layer(lambda p: get(p + "self_attn.k_norm.weight"))}
-    tree = {
-        "embed": lambda: get("model.embed_tokens.weight"),
-        "final_norm": {"scale": lambda: get("model.norm.weight")},
-        "layers": {
-            "attn": attn,
-            "attn_norm": {"scale": per_layer(lambda p: get(p + "input_layernorm.weight"))},
-            "mlp_norm": {"scale": per_layer(lambda p: get(p + "post_attention_layernorm.weight"))},
-            "mlp": {
-                "gate": per_layer(lambda p: get(p + "mlp.gate_proj.weight").T),
-                "up": per_layer(lambda p: get(p + "mlp.up_proj.weight").T),
-                "down": per_layer(lambda p: get(p + "mlp.down_proj.weight").T),
-            },
-        },
-    }
-    if not cfg.tie_embeddings:
-        tree["lm_head"] = lambda: get("lm_head.weight").T
-    return tree
-
-
 def param_shardings(cfg: ModelConfig, mesh: Optional[Mesh]):
     """NamedShardings for the param tree by the logical rules (replicated on one device)."""
     if mesh is None:
@@ -316,7 +255,7 @@ def load_params(cfg: ModelConfig, checkpoint, mesh: Optional[Mesh] = None):
     """Build the param tree from a checkpoint (HFCheckpoint / GGUFCheckpoint) into shardings."""
     shapes = param_shapes(cfg)
     shardings = param_shardings(cfg, mesh)
-    getters = _param_getters(cfg, checkpoint.get)
+    getters = param_builders(cfg, checkpoint.get)
 
     def place(thunk, spec: jax.ShapeDtypeStruct, sharding: NamedSharding, path):
         host = thunk()

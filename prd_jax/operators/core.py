@@ -39,6 +39,7 @@ from prd_jax.operators.assembly import assemble
 from prd_jax.operators.budget import CallLog, group
 from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fold, path_calls, per_sample,
                                      problem_rows, quotable, rows, single)
+from prd_jax.operators.registry import register_operator
 from prd_jax.operators.specs import ORACLE_SELECTORS, PDR, SR, LongCoT, Sampling
 
 Array = jax.Array
@@ -63,6 +64,7 @@ class Context:
     `think_end` holds the end-of-thinking marker's token ids (() : the tokenizer has no
     thinking block, nothing is stripped) and `think_skip` the newline / space ids dropped
     after it (`calls.strip_thinking`; `runner.thinking_marker` reads both from a tokenizer).
+    `templates` maps a role ("solve", "pdr_topk", "pairwise", ...) to its compiled template.
     """
 
     templates: dict
@@ -75,6 +77,7 @@ class Context:
     trace: bool = False  # return each round's prompts and logprobs (RL rollouts)
     think_end: tuple = ()
     think_skip: tuple = ()
+    domain: str = ""  # the template set's domain (prompts.SET_DOMAINS); a Judge.domain must match it
 
 
 @flax.struct.dataclass
@@ -125,6 +128,7 @@ def empty_workspace(b: int):
     return jnp.zeros((b, 1), jnp.int32), jnp.zeros((b,), jnp.int32)
 
 
+@register_operator("long_cot", spec=LongCoT)
 def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) -> OperatorResult:
     """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
@@ -136,6 +140,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
                    traces=[out.trace(b, 1)] if ctx.trace else ())
 
 
+@register_operator("sr", spec=SR)
 def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorResult:
     """Sequential refinement (paper §3.1): solve, then refine the previous answer `rounds` times.
 
@@ -168,9 +173,6 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
 
 
 # ----------------------------------------------------------------------------- PDR
-
-PDR_METHODS = {"self_pointwise": "pointwise"}  # PDR selector name -> verify.select method
-
 
 def _distill_indices(scores, admitted, key, spec: PDR, m_prev: int, m_next: int):
     """Workspace candidate indices `[B, m_next, k]`, their admission, and each call's parent
@@ -225,8 +227,7 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
     if spec.distill == "random_k":  # no selector runs: nothing is ranked or paid for
         sel = verify.Selection(jnp.zeros(cand_l.shape), jnp.ones(cand_l.shape, bool), [], jnp.zeros((b,), jnp.int32))
     else:
-        method = PDR_METHODS.get(spec.selector, spec.selector)
-        sel = verify.select(method, lm, problems, cand_t, cand_l, fold(rkey, 11), spec.judge, ctx, spec)
+        sel = verify.select(spec.selector, lm, problems, cand_t, cand_l, fold(rkey, 11), spec.judge, ctx, spec)
     idx, adm, parent = _distill_indices(sel.scores, sel.admitted, fold(rkey, 13), spec, m_prev, m_next)
     shared = spec.distill == "shared_topk"
     n_rows = b if shared else b * m_next
@@ -257,6 +258,7 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
     return out, parent, sel.extra(r - 1), (ws_t, ws_l), truncs, sel.unparsed
 
 
+@register_operator("pdr", spec=PDR)
 def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> OperatorResult:
     """Parallel-Distill-Refine over `spec.schedule`; see the module docstring for B_seq."""
     b = problems.tokens.shape[0]
@@ -290,5 +292,3 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     return make_result(cand_t[:, 0], cand_l[:, 0], calls, workspace, truncs, rounds_t, rounds_l, unparsed,
                    traces if ctx.trace else ())
 
-
-OPERATORS = {LongCoT: long_cot, SR: sr, PDR: pdr}

@@ -20,13 +20,10 @@ from prd_jax.operators import verify
 from prd_jax.operators.calls import (call, candidate_list, fill, fold, path_calls, per_sample,
                                      problem_rows, rows)
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
+from prd_jax.operators.registry import register_operator
 from prd_jax.operators.specs import RSA, BestOfN
 
 Array = jax.Array
-
-BEST_OF_N_METHODS = {"pointwise": "pointwise", "pairwise_v1": "pairwise_v1", "majority": "majority",
-                     "random": "random_pairing", "round_robin": "round_robin"}
-
 
 def _drafts(lm, problems, key, spec, ctx, n: int):
     b = problems.tokens.shape[0]
@@ -40,11 +37,12 @@ def _pick(cand_t, cand_l, index):
     return tok, jnp.take_along_axis(cand_l, index[:, None], axis=1)[:, 0]
 
 
+@register_operator("best_of_n", spec=BestOfN)
 def best_of_n(lm, problems: Problems, key: Array, spec: BestOfN, ctx: Context) -> OperatorResult:
     """Draft `spec.n` candidates and return the one `spec.selector` ranks first."""
     b = problems.tokens.shape[0]
     cand_t, cand_l, in_tok, truncs = _drafts(lm, problems, key, spec, ctx, spec.n)
-    sel = verify.select(BEST_OF_N_METHODS[spec.selector], lm, problems, cand_t, cand_l, fold(key, 2),
+    sel = verify.select(spec.selector, lm, problems, cand_t, cand_l, fold(key, 2),
                         spec.judge, ctx, spec)
     best = jnp.argmax(sel.scores, axis=1)
     calls = path_calls([(in_tok, cand_l, "draft")], [None], sel.extra(1), best)
@@ -59,6 +57,7 @@ def _draw_subsets(key, admitted, n: int, k: int):
     return jnp.argsort(noise, axis=2)[:, :, :k]
 
 
+@register_operator("rsa", spec=RSA)
 def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> OperatorResult:
     """Recursive self-aggregation over `spec.loops` loops, with optional verify-and-prune."""
     b, n, k = problems.tokens.shape[0], spec.population, spec.subset
@@ -98,5 +97,3 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
     final_t, final_l = _pick(cand_t, cand_l, final)
     return make_result(final_t, final_l, calls, empty_workspace(b), truncs, rounds_t, rounds_l, unparsed)
 
-
-POPULATION_OPERATORS = {BestOfN: best_of_n, RSA: rsa}

@@ -12,11 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax.operators import prompts as P
-from prd_jax.operators.core import OPERATORS, Context, OperatorResult, Problems
+from prd_jax import prompts as P
+from prd_jax.operators import population  # noqa: F401  (registers best_of_n and rsa)
+from prd_jax.operators.core import Context, OperatorResult, Problems
 from prd_jax.operators.judges import RatingParser, RatingTokens
-from prd_jax.operators.population import POPULATION_OPERATORS
+from prd_jax.operators.registry import operator_for
 from prd_jax.operators.specs import Sampling
+from prd_jax.tasks.grading import TaskGrouper
 
 log = logging.getLogger(__name__)
 
@@ -50,25 +52,54 @@ def thinking_marker(tokenizer) -> tuple:
     return marker, tuple(skip)
 
 
-def make_context(tokenizer, sampling: Sampling, *, grader=None, kappa: Optional[int] = None,
+class CompiledTemplates(dict):
+    """{role: CompiledTemplate} of a context. A role missing at compile time but added to the
+    set later (`prompts.add_template`, an operator module imported after the context was
+    built) is compiled on first use; a role the set lacks raises naming it and the set."""
+
+    def __init__(self, compiled: dict, compile_role, set_name: str):
+        super().__init__(compiled)
+        self._compile_role, self._set_name = compile_role, set_name
+
+    def __missing__(self, role):
+        template = P.TEMPLATE_SETS.get(self._set_name, {}).get(role)
+        if template is None:
+            raise KeyError(f"template role {role!r} is not in template set {self._set_name!r}; it has "
+                           f"{sorted(P.TEMPLATE_SETS.get(self._set_name, self))} (an operator adds its own "
+                           "roles with prompts.add_template)")
+        self[role] = self._compile_role(template)
+        return self[role]
+
+    def __hash__(self):  # held by the (identity-hashed) Context
+        return id(self)
+
+
+def make_context(tokenizer, sampling: Sampling, *, grader=None, grouper=None, kappa: Optional[int] = None,
                  k_max: int = 16, templates="default", trace: bool = False) -> Context:
     """Compile a template set for `tokenizer` into an operator Context.
 
-    `templates`: a set name from `prompts.TEMPLATE_SETS`, or {name: Template} replacing
-    entries of the default set. `trace`: operators also return each round's prompts and
-    logprobs, for RL. The templates render through the tokenizer's chat template with its
+    `templates`: a set name from `prompts.TEMPLATE_SETS`, or {role: Template} replacing
+    roles of the default set. `trace`: operators also return each round's prompts and
+    logprobs, for RL. `k_max` / `kappa`: what the spec declares (`OperatorSpec.k_max`,
+    `.kappa`). The templates render through the tokenizer's chat template with its
     settings (e.g. `enable_thinking`, `Tokenizer.with_chat_template_vars`); the thinking
-    marker comes from `thinking_marker`.
+    marker comes from `thinking_marker`. `grader` (oracle selectors) and `grouper` (majority
+    vote) are host callbacks, usually `tasks.grading.TaskGrader` / `TaskGrouper` of the run's
+    task; `grouper` defaults to the math tasks' (normalised final answer).
     """
-    if isinstance(templates, str):
-        chosen = P.template_set(templates)
-    else:
-        chosen = P.template_set("default")
+    set_name = templates if isinstance(templates, str) else "default"
+    chosen = P.template_set(set_name)
+    if not isinstance(templates, str):
         chosen.update(templates or {})
-    compiled = {name: P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa) for name, t in chosen.items()}
+
+    def compile_role(t):
+        return P.compile_template(tokenizer, t, k_max=k_max, kappa=kappa)
+
+    compiled = CompiledTemplates({role: compile_role(t) for role, t in chosen.items()}, compile_role, set_name)
     think_end, think_skip = thinking_marker(tokenizer)
     return Context(compiled, RatingTokens.from_tokenizer(tokenizer), sampling, tokenizer.pad_id, grader,
-                   RatingParser(tokenizer), AnswerGrouper(tokenizer), trace, think_end, think_skip)
+                   RatingParser(tokenizer), grouper or TaskGrouper("gsm8k", tokenizer), trace, think_end, think_skip,
+                   P.set_domain(set_name))
 
 
 def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],
@@ -101,60 +132,29 @@ def encode_problems(tokenizer, problems: Sequence[str], answers: Sequence[str],
     return Problems(tok, length, ans, ans_len), kept, skipped
 
 
-class MathGrader:
-    """Oracle grading on the host: decode candidate and gold, compare with math-verify."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def correct(self, cand_tok, cand_len, ans_tok, ans_len):
-        from prd_jax.rewards.math import grade
-
-        out = []
-        for ct, cl, at, al in zip(np.asarray(cand_tok), np.asarray(cand_len), np.asarray(ans_tok), np.asarray(ans_len)):
-            text = self.tokenizer.decode(ct[:cl].tolist())
-            gold = self.tokenizer.decode(at[:al].tolist())
-            out.append(bool(grade(text, gold)))
-        return np.asarray(out, bool)
-
-
-class AnswerGrouper:
-    """Host side of majority vote: id of the first candidate with the same extracted,
-    normalized final answer `[B, N]` (-1: no answer)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def __call__(self, cand_tok, cand_len):
-        from prd_jax.rewards.math import extract_answer, normalize_answer
-
-        cand_tok, cand_len = np.asarray(cand_tok), np.asarray(cand_len)
-        out = np.full(cand_len.shape, -1, np.int32)
-        for b in range(cand_len.shape[0]):
-            first = {}
-            for i in range(cand_len.shape[1]):
-                answer = extract_answer(self.tokenizer.decode(cand_tok[b, i, :cand_len[b, i]].tolist()))
-                if answer is not None:
-                    out[b, i] = first.setdefault(normalize_answer(answer), i)
-        return out
-
-
-ALL_OPERATORS = {**OPERATORS, **POPULATION_OPERATORS}
+def check_templates(spec, ctx: Context) -> None:
+    """Every template role `spec.template_roles()` names is in `ctx` (compiled on demand);
+    ValueError naming the operator, the role and the roles the context has."""
+    for role in spec.template_roles():
+        try:
+            ctx.templates[role]
+        except KeyError:
+            raise ValueError(f"operator {operator_for(spec).name!r} needs template role {role!r}; the context "
+                             f"has {sorted(ctx.templates)} (add it with prompts.add_template)") from None
 
 
 def run(lm, problems: Problems, key, spec, ctx: Context) -> OperatorResult:
-    """Dispatch on the spec's type (the eval harness and RL rollouts both call this).
+    """Dispatch through the operator registry (the eval harness and RL rollouts both call this).
 
     `key` is one key per problem `[B]` (a problem's result then does not depend on the
     rest of the batch) or a single key, split into B.
     """
+    op = operator_for(spec)
+    check_templates(spec, ctx)
     b = problems.tokens.shape[0]
     if key.shape != (b,):
         key = jax.random.split(key, b)
-    if type(spec) not in ALL_OPERATORS:
-        raise ValueError(f"unknown operator spec {type(spec).__name__}; "
-                         f"allowed: {[t.__name__ for t in ALL_OPERATORS]}")
-    return ALL_OPERATORS[type(spec)](lm, problems, key, spec, ctx)
+    return op.run(lm, problems, key, spec, ctx)
 
 
 _JITTED = jax.jit(run, static_argnames=("spec", "ctx"))

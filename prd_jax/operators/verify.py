@@ -32,10 +32,11 @@ import numpy as np
 
 from prd_jax.operators import judges, tournament
 from prd_jax.operators.calls import ExtraCalls, fill, per_sample, problem_rows, rows, single
+from prd_jax.operators.specs import SELECTORS
 
 Array = jax.Array
-METHODS = ("pointwise", "pairwise_v1", "random_pairing", "round_robin", "majority", "random",
-           "oracle_correct", "oracle_incorrect")
+METHODS = tuple(SELECTORS)  # the one selector vocabulary (specs.SELECTORS)
+TOURNAMENTS = ("pairwise_v1", "pairwise_random", "round_robin")
 
 
 @dataclasses.dataclass
@@ -52,6 +53,15 @@ class Selection:
         return [dataclasses.replace(c, round=round_index) for c in self.calls]
 
 
+def judge_template(ctx, judge, kind: str):
+    """The context's `kind` ("pairwise" / "pointwise") judge template; a `judge.domain` that
+    is not the template set's domain raises naming both."""
+    if judge.domain is not None and ctx.domain and judge.domain != ctx.domain:
+        raise ValueError(f"Judge.domain={judge.domain!r} but the template set's judges assess {ctx.domain!r}; "
+                         f"allowed: None or {ctx.domain!r} (or run with a template set of domain {judge.domain!r})")
+    return ctx.templates[kind]
+
+
 def _flat_candidates(cand_t, cand_l, spec, ctx):
     """Candidates `[B, N, L]` as a judge quotes them (`calls.single`: no thinking block)."""
     b, n, length = cand_t.shape
@@ -64,7 +74,7 @@ def pointwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec) -> Selection:
     self-verification baseline, compared with V1-Infer in §4)."""
     b, n, _ = cand_t.shape
     tok, lens = _flat_candidates(cand_t, cand_l, spec, ctx)
-    segs = fill(ctx.templates[f"pointwise_{judge.domain}"], b * n,
+    segs = fill(judge_template(ctx, judge, "pointwise"), b * n,
                 {"problem": problem_rows(problems, n), "candidate": [(tok.reshape(b * n, -1), lens.reshape(-1))]})
     r = judges.rate(lm, segs, per_sample(key, n), ctx, judge, "pointwise")
     scores = r.rating[:, 0].reshape(b, n)
@@ -83,7 +93,7 @@ def _drive(method: str, n: int, budget: int, judge, seed: int, judge_fn):
     if method == "pairwise_v1":
         return tournament.swiss_tournament(n, judge_fn, budget, seed=seed, d_min=judge.d_min,
                                            window=judge.window, tau=judge.tau, both_orders=judge.both_orders)
-    if method == "random_pairing":
+    if method == "pairwise_random":
         return tournament.random_pairing(n, judge_fn, budget, seed=seed, tau=judge.tau)
     return tournament.round_robin(n, judge_fn, tau=judge.tau, budget=budget)
 
@@ -139,7 +149,7 @@ def tournament_budget(method: str, n: int, judge) -> tuple:
 
 
 def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -> Selection:
-    """Pairwise-judge tournament (`pairwise_v1`, `random_pairing`, `round_robin`); score = mu."""
+    """Pairwise-judge tournament (`pairwise_v1`, `pairwise_random`, `round_robin`); score = mu."""
     b, n, _ = cand_t.shape
     if n < 2:
         return Selection(jnp.zeros((b, n)), jnp.ones((b, n), bool), [], jnp.zeros((b,), jnp.int32))
@@ -149,7 +159,7 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
     host = functools.partial(_host_step, method, n, budget, judge, w)
     shapes = (jax.ShapeDtypeStruct((b, w, 2), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32),
               jax.ShapeDtypeStruct((b, n), jnp.float32))
-    tpl = ctx.templates[f"pairwise_{judge.domain}"]
+    tpl = judge_template(ctx, judge, "pairwise")
     prob = problem_rows(problems, w)
 
     def side(idx, valid):
@@ -215,11 +225,12 @@ def oracle(problems, cand_t, cand_l, ctx, want_correct: bool) -> Selection:
 
 
 def select(method: str, lm, problems, cand_t, cand_l, key, judge, ctx, spec) -> Selection:
-    """Score candidates `[B, N, L]` by `method` (one of METHODS)."""
+    """Score candidates `[B, N, L]` by selector `method` (one of `specs.SELECTORS`; `random`
+    scores uniformly at random, so its argmax / top-k is a uniformly random pick)."""
     b, n, _ = cand_t.shape
-    if method == "pointwise":
+    if method == "self_pointwise":
         return pointwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec)
-    if method in ("pairwise_v1", "random_pairing", "round_robin"):
+    if method in TOURNAMENTS:
         return pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method)
     if method == "majority":
         return majority(cand_t, cand_l, ctx)

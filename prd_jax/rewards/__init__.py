@@ -1,4 +1,5 @@
-"""Reward functions (verifiable rewards for PDR / V1)."""
+"""Reward functions (verifiable rewards for PDR / V1): `math` (math-verify), `code` (sandboxed
+execution) and `pool` (the subprocess machinery both share)."""
 
 from prd_jax.rewards.math import (
     extract_answer,

@@ -1,6 +1,6 @@
 """Sandboxed execution rewards for code tasks (V1, arXiv 2603.04304: code rewards).
 
-Public API: :func:`evaluate`, :func:`evaluate_many`, :class:`CodeResult`,
+Public API: :func:`evaluate`, :func:`evaluate_many`, :func:`count_tests`, :class:`CodeResult`,
 :func:`isolation`, :func:`available_isolations`, :data:`STATUSES`.
 
 Kinds of tests
@@ -83,7 +83,7 @@ import time
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["CodeResult", "STATUSES", "available_isolations", "evaluate", "evaluate_many", "isolation"]
+__all__ = ["CodeResult", "STATUSES", "available_isolations", "count_tests", "evaluate", "evaluate_many", "isolation"]
 
 STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit")
 MODES = ("bwrap", "unshare", "rlimits")
@@ -1082,6 +1082,8 @@ def evaluate_many(items: Iterable[Mapping[str, Any] | Sequence[Any]], *, workers
                   **defaults) -> list[CodeResult]:
     """Evaluate many programs in parallel (threads driving sandbox processes), results in input order.
 
+    At most ``workers`` sandboxes run at once (default: min(items, CPUs, 16); ``rewards.pool.parallel_map``).
+
     Each item is a mapping of :func:`evaluate` arguments (``program``, ``tests``,
     ``kind``, ...) or a ``(program, tests)`` / ``(program, tests, entry_point)`` tuple;
     ``defaults`` fill keyword arguments the items leave out.
@@ -1095,11 +1097,24 @@ def evaluate_many(items: Iterable[Mapping[str, Any] | Sequence[Any]], *, workers
         calls.append(kw)
     if not calls:
         return []
-    from concurrent.futures import ThreadPoolExecutor
+    # imported here: this file also runs as the judge script (`python -I code.py --judge`), outside the package
+    from prd_jax.rewards.pool import parallel_map
+
     isolation()  # detect once, outside the pool
-    workers = workers or min(len(calls), os.cpu_count() or 1, 16)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda kw: evaluate(**kw), calls))
+    return parallel_map(lambda kw: evaluate(**kw), calls, workers)
+
+
+def count_tests(tests, *, kind: str = "assert", entry_point: str | None = None) -> int:
+    """How many tests :func:`evaluate` counts for ``tests`` (asserts of ``check`` or cases), without running them.
+
+    Raises ValueError for malformed ``tests`` or ``kind``.
+    """
+    if kind == "assert":
+        _, steps, _ = _plan_assert(tests, entry_point)
+        return sum(c for _, c in steps)
+    if kind == "stdio":
+        return len(_check_stdio(tests))
+    raise ValueError(f"kind must be 'assert' or 'stdio', not {kind!r}")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--judge"]:

@@ -32,8 +32,9 @@ Timeout: ``math_verify``'s own timeouts use ``signal.alarm`` and only work on
 the main thread, and even there a signal cannot interrupt a long C-level
 computation (e.g. the big-integer power in ``9^{9^{9^9}}``). So symbolic
 checks run in a small pool of persistent worker processes
-(``python -c <worker>``, JSON lines over pipes, math_verify timeouts disabled
-inside). The caller waits for the reply with ``poll`` for ``timeout_s``
+(``rewards.pool.WorkerPool``, the subprocess module shared with the code
+rewards; ``python -c <worker>``, JSON lines over pipes,
+math_verify timeouts disabled inside). The caller waits for the reply with ``poll`` for ``timeout_s``
 seconds; on expiry the worker is SIGKILLed, a replacement is started in the
 background and the comparison counts as False. This works from any thread,
 never blocks on a stuck computation, and the worker's address space is capped
@@ -45,19 +46,14 @@ never blocks on a stuck computation, and the worker's address space is capped
 
 from __future__ import annotations
 
-import atexit
-import json
 import logging
-import os
 import re
-import select
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import OrderedDict
 from fractions import Fraction
+
+from prd_jax.rewards.pool import WorkerPool, WorkerUnavailable
 
 __all__ = [
     "extract_answer",
@@ -465,134 +461,18 @@ for line in sys.stdin:
     out.flush()
 """
 
-_STARTUP_TIMEOUT_S = 60.0
 _WORKER_MEM_BYTES = 4 << 30
 _MAX_IDLE_WORKERS = 8
 _MAX_SYMBOLIC_CHARS = 1000
 _MAX_ANSWER_CHARS = 20_000
 
-
-class _WorkerUnavailable(Exception):
-    """The worker process cannot be started or cannot import math_verify."""
-
-
-class _Worker:
-    """One persistent ``math_verify`` worker process (JSON lines over pipes)."""
-
-    def __init__(self) -> None:
-        if os.name != "posix" or not hasattr(select, "poll") or not sys.executable:
-            raise _WorkerUnavailable("needs POSIX poll() and sys.executable")
-        self.owner_pid = os.getpid()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_SRC, str(_WORKER_MEM_BYTES)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True,
-            )
-        except OSError as e:
-            raise _WorkerUnavailable(str(e)) from e
-        self.ready = False
-        self.dead = False
-        self._buf = b""
-
-    def _readline(self, deadline: float) -> bytes | None:
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            poller = select.poll()  # not select(): no FD_SETSIZE limit
-            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-            if not poller.poll(max(1, int(remaining * 1000))):
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                self.dead = True
-                return None
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line
-
-    def call(self, gold: str, pred: str, timeout_s: float) -> bool | None:
-        """Verify ``pred`` against ``gold``; None on timeout or worker death."""
-        if not self.ready:
-            line = self._readline(time.monotonic() + _STARTUP_TIMEOUT_S)
-            if line is None or not json.loads(line).get("ready"):
-                self.kill()
-                raise _WorkerUnavailable("worker failed to start math_verify")
-            self.ready = True
-        try:
-            os.write(self.proc.stdin.fileno(),
-                     (json.dumps({"g": gold, "p": pred}) + "\n").encode())
-        except OSError:
-            self.kill()
-            return None
-        line = self._readline(time.monotonic() + timeout_s)
-        if line is None:
-            self.kill()
-            return None
-        return bool(json.loads(line).get("r"))
-
-    def kill(self) -> None:
-        self.dead = True
-        try:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001
-            pass
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=1)
-        except Exception:  # noqa: BLE001
-            self.kill()
-        try:
-            self.proc.stdout.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-_POOL_LOCK = threading.Lock()
-_IDLE: list[_Worker] = []
-_POOL_PID = os.getpid()
+# One pool of math_verify workers (rewards.pool: the subprocess machinery shared with code).
+_POOL = WorkerPool(_WORKER_SRC, (_WORKER_MEM_BYTES,), max_idle=_MAX_IDLE_WORKERS, startup_timeout_s=60.0)
+_WorkerUnavailable = WorkerUnavailable
 _WORKERS_BROKEN = False
+_CACHE_LOCK = threading.Lock()
 _CACHE: OrderedDict[tuple[str, str], bool] = OrderedDict()
 _CACHE_MAX = 65536
-
-
-def _acquire_worker() -> _Worker:
-    global _POOL_PID
-    with _POOL_LOCK:
-        if os.getpid() != _POOL_PID:  # forked child: the workers are the parent's
-            _IDLE.clear()
-            _POOL_PID = os.getpid()
-        if _IDLE:
-            return _IDLE.pop()
-    return _Worker()
-
-
-def _release_worker(w: _Worker) -> None:
-    with _POOL_LOCK:
-        if not w.dead and w.owner_pid == os.getpid() and len(_IDLE) < _MAX_IDLE_WORKERS:
-            _IDLE.append(w)
-            return
-    if not w.dead:
-        w.close()
-
-
-@atexit.register
-def _shutdown_workers() -> None:
-    with _POOL_LOCK:
-        workers = list(_IDLE) if os.getpid() == _POOL_PID else []
-        _IDLE.clear()
-    for w in workers:
-        w.close()
 
 
 class _SignalTimeout(BaseException):
@@ -635,7 +515,7 @@ def _symbolic_equal(gold: str, pred: str, timeout_s: float | None) -> bool:
     """math_verify equivalence under a timeout; cached, False on timeout."""
     global _WORKERS_BROKEN
     key = (gold, pred)
-    with _POOL_LOCK:
+    with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
@@ -644,21 +524,14 @@ def _symbolic_equal(gold: str, pred: str, timeout_s: float | None) -> bool:
         result = _verify_inprocess(gold, pred, timeout_s)
     else:
         try:
-            w = _acquire_worker()
-            result = w.call(gold, pred, timeout_s)
-            if w.dead:
-                try:  # start a replacement now so the next call is warm
-                    _release_worker(_Worker())
-                except _WorkerUnavailable:
-                    pass
-            else:
-                _release_worker(w)
-        except _WorkerUnavailable:
+            reply = _POOL.call({"g": gold, "p": pred}, timeout_s)
+            result = None if reply is None else bool(reply.get("r"))
+        except WorkerUnavailable:
             _WORKERS_BROKEN = True
             result = _verify_inprocess(gold, pred, timeout_s)
     if result is None:  # timed out: not cached
         return False
-    with _POOL_LOCK:
+    with _CACHE_LOCK:
         _CACHE[key] = result
         if len(_CACHE) > _CACHE_MAX:
             _CACHE.popitem(last=False)

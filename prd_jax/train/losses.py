@@ -16,8 +16,17 @@ import jax.numpy as jnp
 Array = jax.Array
 SumCount = Tuple[Array, Array]
 
+# The option tables: the functions below and `train.rl.RLConfig` validate against these alone.
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
-POLICY_KINDS = ("cispo", "ppo")
+LOSSES = ("cispo", "ppo")  # policy-loss kinds (`policy_loss(kind=...)`, `config.rl.loss`)
+POLICY_KINDS = LOSSES
+AUX_SFT_NORMALISERS = ("correct_token_mean", "policy")
+
+
+def check_choice(field: str, value, table) -> None:
+    """Raise ValueError naming `field`, its `value` and the allowed `table` unless `value` is in it."""
+    if value not in table:
+        raise ValueError(f"{field}={value!r}; allowed: {tuple(table)}")
 
 
 def token_logprobs(logits: Array, targets: Array) -> Array:
@@ -33,8 +42,7 @@ def token_entropy(logits: Array) -> Array:
 
 
 def _check_aggregation(aggregation: str) -> None:
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation={aggregation!r}; allowed: {AGGREGATIONS}")
+    check_choice("aggregation", aggregation, AGGREGATIONS)
 
 
 def aggregate(per_token: Array, weights: Array, mode: str = "token_mean", norm_tokens: int = 0) -> SumCount:
@@ -89,8 +97,7 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
     clipping is active (PPO: where the clipped term is the minimum and differs; CISPO: where
     `r > hi`, or `r < lo` with the lower clip on), and "ratio", the mean of `r`.
     """
-    if kind not in POLICY_KINDS:
-        raise ValueError(f"policy loss kind={kind!r}; allowed: {POLICY_KINDS}")
+    check_choice("policy loss kind", kind, LOSSES)
     _check_aggregation(aggregation)
     if not (eps_low >= 0 and eps_high >= 0):
         raise ValueError(f"eps_low={eps_low}, eps_high={eps_high}; both must be >= 0")
@@ -157,9 +164,6 @@ def aux_sft_weights(weights: Array, correct: Array) -> Array:
     return weights * correct.astype(bool).astype(weights.dtype)[:, None]
 
 
-AUX_SFT_NORMALISERS = ("correct_token_mean", "policy")
-
-
 def aux_sft_scale(weights: Array, correct: Array, aggregation: str = "token_mean", norm_tokens: int = 0,
                   blocks: int = 1) -> Array:
     """Per-row factor `[B]` of the "correct_token_mean" normaliser: `correct[b] * N / C`.
@@ -201,8 +205,7 @@ def aux_sft_term(logp: Array, weights: Array, correct: Array, *, normaliser: str
     `nll` is the metric `(sum_correct(-logp), C)`, the mean NLL of correct-rollout tokens.
     The PDR paper (arXiv 2510.01123) gives alpha = 0.1 and not the normaliser (ours).
     """
-    if normaliser not in AUX_SFT_NORMALISERS:
-        raise ValueError(f"aux SFT normaliser={normaliser!r}; allowed: {AUX_SFT_NORMALISERS}")
+    check_choice("aux SFT normaliser", normaliser, AUX_SFT_NORMALISERS)
     nll = -jnp.asarray(logp, jnp.float32)
     aux_w = aux_sft_weights(jnp.asarray(weights, jnp.float32), correct)
     metric = (jnp.sum(aux_w * nll), jnp.sum(aux_w))

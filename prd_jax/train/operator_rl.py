@@ -105,20 +105,29 @@ def pad_group(group: dict, width: int, pad_id: int) -> dict:
 
 
 class OperatorRollouts:
-    """PDR-round rollouts through the eval operator (`runner.run_operator` with traces)."""
+    """Operator rollouts through the eval operator (`runner.run_operator` with traces), PDR §3.3.
 
-    def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int):
-        from prd_jax.operators.runner import MathGrader, make_context
+    Any registered operator whose spec declares trainable rounds (`OperatorSpec.round_sizes`,
+    `.trainable_rounds`) trains here: for PDR the final refine round ("operator"), and with
+    `gradient_targets="drafts_and_refine"` also the first round ("draft")."""
+
+    def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int, *, task="gsm8k", rows=()):
+        from prd_jax.operators.runner import make_context
         from prd_jax.operators.specs import Sampling
+        from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
-        # the grader (oracle selectors, PDR §4.3) grades as the RL reward does (rewards.math.grade)
+        # the grader (oracle selectors, PDR §4.3) and majority grouper are the task's (tasks.grading);
+        # `rows` are the run's problems, which a code task's grader looks up by task id
         self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids),
                                                     rl.max_rows_per_call),
-                                grader=MathGrader(tokenizer), k_max=max(spec.schedule), kappa=spec.kappa,
-                                trace=True, templates=rl.templates)
-        self.drafts = rl.gradient_targets == "drafts_and_refine"
+                                grader=TaskGrader(task, tokenizer, rows), grouper=TaskGrouper(task, tokenizer),
+                                k_max=spec.k_max, kappa=spec.kappa, trace=True, templates=rl.templates)
+        last = len(spec.round_sizes()) - 1
+        # (round index, metric name) of each trained round, as the spec declares them
+        self.trained = [(r, "operator" if r == last else "draft" if r == 0 else f"round{r}")
+                        for r in spec.trainable_rounds(rl.gradient_targets)]
 
     def _problems(self, chosen):
         from prd_jax.operators.runner import encode_problems
@@ -142,14 +151,12 @@ class OperatorRollouts:
         fake = [("x", "0")] * self.num_problems
         keys = jax.random.split(jax.random.key(0), self.num_problems * self.g)
         out = jax.eval_shape(self._run, params, self._problems(fake), keys)
-        traces = out.round_traces if self.drafts else out.round_traces[-1:]
-        return [t.prompts.shape[2] + out.round_tokens[i if self.drafts else -1].shape[2] - 1
-                for i, t in enumerate(traces)]
+        return [out.round_traces[r].prompts.shape[2] + out.round_tokens[r].shape[2] - 1 for r, _ in self.trained]
 
     @property
     def rows(self) -> int:
-        m = self.spec.schedule[0] if self.drafts else 0
-        return self.num_problems * self.g * (1 + m)
+        sizes = self.spec.round_sizes()
+        return self.num_problems * self.g * sum(sizes[r] for r, _ in self.trained)
 
     def __call__(self, params, key, chosen, reward_fn, advantage):
         """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each)."""
@@ -162,14 +169,15 @@ class OperatorRollouts:
         out = to_host(self._run(params, problems, keys))
         answers = [a for _, a in chosen for _ in range(self.g)]
         groups, metrics = [], {}
-        rounds = [(len(self.spec.schedule) - 1, "operator")] + ([(0, "draft")] if self.drafts else [])
-        for r, name in rounds:
+        for r, name in self.trained:
             tr = out.round_traces[r]
             tok, lens = np.asarray(out.round_tokens[r]), np.asarray(out.round_lengths[r])  # [R, M, N]
             rr, m = lens.shape
             flat_t, flat_l = tok.reshape(rr * m, -1), lens.reshape(-1)
             texts = [self.tok.decode(flat_t[i, :flat_l[i]].tolist()) for i in range(rr * m)]
-            correct = np.array([reward_fn(texts[i], answers[i // m]) for i in range(rr * m)], np.float32)
+            keys = [answers[i // m] for i in range(rr * m)]  # a batch grader (rl.TaskReward) grades at once
+            correct = np.array(reward_fn.many(texts, keys) if hasattr(reward_fn, "many")
+                               else [reward_fn(t, k) for t, k in zip(texts, keys)], np.float32)
             # one advantage group per problem: its G runs (x M drafts)
             adv = np.asarray(advantage(correct.reshape(len(chosen), self.g * m))).reshape(-1)
             batch = sequences_to_batch(np.asarray(tr.prompts).reshape(rr * m, -1),
@@ -188,7 +196,7 @@ class OperatorRollouts:
 class VerifierRollouts:
     """V1-PairRL (pairwise) or V1-PointRL (pointwise) verifier rows for one RL step (V1 §5)."""
 
-    def __init__(self, rl, cfg, tokenizer, mesh, num_prompts: int):
+    def __init__(self, rl, cfg, tokenizer, mesh, num_prompts: int, *, task="gsm8k"):
         import jax
 
         from prd_jax.operators.runner import make_context
@@ -202,7 +210,8 @@ class VerifierRollouts:
         self.rows = num_prompts * self.per_prompt
         ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1,
                            templates=rl.templates)
-        self.template = ctx.templates["pairwise_math" if self.pairwise else "pointwise_math"]
+        # the template set's judge roles (V1 §5): the task's set (`rl.templates`) holds its own wording
+        self.template = ctx.templates["pairwise" if self.pairwise else "pointwise"]
         self.pad_id = tokenizer.pad_id
         self._generate = jax.jit(self._generate_fn)
 

@@ -28,10 +28,10 @@ import numpy as np
 
 from prd_jax.host import to_host
 from prd_jax.model.decoder import forward
-from prd_jax.operators import prompts as P
+from prd_jax import prompts as P
 from prd_jax.train import advantages as adv_lib
-from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, aggregate, aux_sft_scale, aux_sft_term, k3_kl,
-                                  policy_loss, token_entropy, token_logprobs)
+from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale, aux_sft_term,
+                                  check_choice, k3_kl, policy_loss, token_entropy, token_logprobs)
 
 GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
@@ -77,7 +77,7 @@ class RLConfig:
     minibatches: int = 1  # optimizer updates per epoch, each on 1/minibatches of the rows
     # operator-consistent RL (PDR paper §3.3): share of each step's prompts given PDR-round rollouts
     operator_fraction: float = 0.0
-    operator: Any = None  # PDR spec (from a dict of PDR fields)
+    operator: Any = None  # operator spec: a dict of its fields, `type` a registered name (default "pdr")
     gradient_targets: str = "refine"
     # V1 §5 self-verification objective
     verifier: str = "none"
@@ -90,7 +90,8 @@ class RLConfig:
     verifier_baseline: str = "group"
     verifier_samples: str = "policy"
     seed_offset: int = 0
-    templates: str = "default"  # prompt set (operators/prompts.TEMPLATE_SETS) of rollouts and judges
+    code_reward: str = "fraction"  # code tasks: "fraction" of tests passed or "all_pass" (1 when all pass)
+    templates: str = "default"  # prompt set (prompts.TEMPLATE_SETS) of rollouts and judges
     # memory bounds (issue: rollouts must fit the pod): decode rows in flight per sampler call
     # (0 = all rows at once), and the width of a problem quoted in operator / verifier prompts
     # (0 = max_prompt_tokens). Standard rollout prompts are max_prompt_tokens wide.
@@ -110,15 +111,12 @@ class RLConfig:
                              f"samples_per_prompt={self.samples_per_prompt} (a prompt's samples decode together)")
         if self.advantage not in adv_lib.KINDS:
             raise ValueError(f"config.rl.advantage={self.advantage!r}; allowed: {adv_lib.KINDS}")
-        if self.loss not in ("ppo", "cispo"):
-            raise ValueError(f"config.rl.loss={self.loss!r}; allowed: ('ppo', 'cispo')")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"config.rl.aggregation={self.aggregation!r}; allowed: {AGGREGATIONS}")
+        # The allowed values are the tables of `losses` (one place to add a loss or aggregation).
+        check_choice("config.rl.loss", self.loss, LOSSES)
+        check_choice("config.rl.aggregation", self.aggregation, AGGREGATIONS)
         if self.kl_coef < 0 or self.aux_sft_coef < 0:
             raise ValueError("config.rl.kl_coef and config.rl.aux_sft_coef must be >= 0")
-        if self.aux_sft_normaliser not in AUX_SFT_NORMALISERS:
-            raise ValueError(f"config.rl.aux_sft_normaliser={self.aux_sft_normaliser!r}; "
-                             f"allowed: {AUX_SFT_NORMALISERS}")
+        check_choice("config.rl.aux_sft_normaliser", self.aux_sft_normaliser, AUX_SFT_NORMALISERS)
         if not isinstance(self.cispo_lower_clip, bool):
             raise ValueError(f"config.rl.cispo_lower_clip={self.cispo_lower_clip!r}; allowed: True, False")
         if self.cispo_lower_clip and self.loss != "cispo":
@@ -130,6 +128,8 @@ class RLConfig:
             raise ValueError(f"config.rl.gradient_targets={self.gradient_targets!r}; allowed: {GRADIENT_TARGETS}")
         if self.templates not in P.TEMPLATE_SETS:
             raise ValueError(f"config.rl.templates={self.templates!r}; allowed: {sorted(P.TEMPLATE_SETS)}")
+        if self.code_reward not in CODE_REWARDS:
+            raise ValueError(f"config.rl.code_reward={self.code_reward!r}; allowed: {CODE_REWARDS}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"config.rl.verifier={self.verifier!r}; allowed: {VERIFIERS}")
         if self.verifier_baseline not in VERIFIER_BASELINES:
@@ -143,19 +143,20 @@ class RLConfig:
             raise ValueError(f"config.rl.verifier_pointwise_per_prompt={self.verifier_pointwise_per_prompt}; allowed: "
                              f"0 (every rollout) .. samples_per_prompt={self.samples_per_prompt}")
         if self.operator_fraction > 0:
-            from prd_jax.operators.specs import PDR
+            from prd_jax.operators.registry import build_spec, operator_for
+            from prd_jax.operators.specs import OperatorSpec
 
             if self.operator is None:
-                raise ValueError("config.rl.operator_fraction > 0 needs config.rl.operator (PDR fields)")
-            if not isinstance(self.operator, PDR):
-                op = self.operator.to_dict() if hasattr(self.operator, "to_dict") else dict(self.operator)
-                unknown = set(op) - set(PDR.__dataclass_fields__)
-                if unknown:
-                    raise ValueError(f"config.rl.operator: unknown fields {sorted(unknown)}; "
-                                     f"allowed: {sorted(PDR.__dataclass_fields__)}")
-                if "schedule" in op:
-                    op["schedule"] = tuple(op["schedule"])
-                object.__setattr__(self, "operator", PDR(**op))
+                raise ValueError("config.rl.operator_fraction > 0 needs config.rl.operator (a dict of the "
+                                 "operator's fields, with `type` a registered operator name; default 'pdr')")
+            if not isinstance(self.operator, OperatorSpec):
+                try:
+                    object.__setattr__(self, "operator", build_spec(self.operator, default_type="pdr"))
+                except ValueError as e:
+                    raise ValueError(f"config.rl.operator: {e}") from None
+            if not self.operator.trainable_rounds(self.gradient_targets):
+                raise ValueError(f"config.rl.operator: operator {operator_for(self.operator).name!r} declares no "
+                                 "round operator RL can train (OperatorSpec.round_sizes / trainable_rounds)")
 
     @property
     def problem_tokens(self) -> int:
@@ -197,8 +198,10 @@ def batch_rows(rl: RLConfig) -> int:
     g = rl.samples_per_prompt
     p_op = int(round(rl.prompts_per_step * rl.operator_fraction))
     p_std = rl.prompts_per_step - p_op
-    drafts = rl.operator.schedule[0] if (p_op and rl.gradient_targets == "drafts_and_refine") else 0
-    return p_std * g + p_op * g * (1 + drafts) + verifier_budget(rl)["rows"]
+    # the operator's trained rounds (OperatorSpec.trainable_rounds), M calls each per run
+    per_run = (sum(rl.operator.round_sizes()[r] for r in rl.operator.trainable_rounds(rl.gradient_targets))
+               if p_op else 0)
+    return p_std * g + p_op * g * per_run + verifier_budget(rl)["rows"]
 
 
 def initial_params(config, cfg, mesh):
@@ -268,6 +271,52 @@ def _math_reward(text: str, answer: str) -> float:
     return float(grade(text, answer))
 
 
+CODE_REWARDS = ("fraction", "all_pass")
+
+
+class TaskReward:
+    """The generator reward of the run's task (`prd_jax.tasks`): `(completion, gold key) -> float`.
+
+    `grades(texts, keys)` grades a batch at once (code: `rewards.code.evaluate_many`, bounded
+    parallelism) and returns dicts with `reward` and `correct`; `correct` (all tests pass for
+    code) labels the auxiliary-SFT rows and the verifier's candidates. Math tasks grade through
+    the module hook `_math_reward` (reward = correct), looked up at call time. The gold key is
+    `task.gold_key(row)` (math: the answer; code: the task id of a row given here)."""
+
+    def __init__(self, task, rows=()):
+        from prd_jax.tasks.math import MathTask
+
+        self.task = task
+        self.is_math = isinstance(task, MathTask)
+        self.rows = {task.gold_key(r): r for r in rows}
+
+    def grades(self, texts, keys) -> list:
+        if len(texts) != len(keys):
+            raise ValueError(f"{len(texts)} completions but {len(keys)} gold keys")
+        if self.is_math:
+            rewards = [_math_reward(t, k) for t, k in zip(texts, keys)]
+            return [{"reward": r, "correct": r} for r in rewards]
+        rows = [self.task.row_for_key(k, self.rows) for k in keys]
+        return [{"reward": float(g["reward"]), "correct": float(g["correct"])}
+                for g in self.task.grade_many(rows, list(texts))]
+
+    def many(self, texts, keys) -> list:
+        return [g["reward"] for g in self.grades(texts, keys)]
+
+    def __call__(self, text: str, key: str) -> float:
+        return self.grades([text], [key])[0]["reward"]
+
+
+def run_task(config, rl: "RLConfig"):
+    """The task an RL config trains on (`tasks.task_for_config`), its code reward mode applied."""
+    from prd_jax.tasks import task_for_config
+
+    task = task_for_config(config)
+    if "reward_mode" in task.__dataclass_fields__:
+        task = task.options(reward_mode=rl.code_reward)
+    return task
+
+
 class RLStage:
     """Data side of RL for `trainer.fit`: problems, rollouts, rewards, advantages.
 
@@ -286,13 +335,23 @@ class RLStage:
         self.config, self.cfg, self.tok, self.mesh = config, cfg, tokenizer, mesh
         self.rl = rl = RLConfig.from_config(config)
         self.solve_template = P.template_set(rl.templates)["solve"]
+        self.task = task = run_task(config, rl)
         self.problems, self.skipped = [], 0
-        for row in (rl_problems(config) if load_data else ()):
-            ids = self.prompt_ids(row["problem"])
-            if len(ids) > rl.max_prompt_tokens or len(tokenizer.encode(row["problem"])) > rl.problem_tokens:
+        if not load_data:
+            rows = []
+        elif config.get("task"):  # config.task names the data too (tasks.Task.problems)
+            data = config.get("data") or {}
+            rows = task.problems(config.get("task_split") or None, limit=data.get("num_train") or None,
+                                 data_dir=data.get("data_dir") or None)
+        else:
+            rows = rl_problems(config)
+        for row in rows:
+            text = task.problem_text(row)
+            ids = self.prompt_ids(text)
+            if len(ids) > rl.max_prompt_tokens or len(tokenizer.encode(text)) > rl.problem_tokens:
                 self.skipped += 1
                 continue
-            self.problems.append((ids, str(row["answer"]), row["problem"]))
+            self.problems.append((ids, task.gold_key(row), text))
         if load_data and len(self.problems) < rl.prompts_per_step:
             raise ValueError(f"{len(self.problems)} problems fit config.rl.max_prompt_tokens="
                              f"{rl.max_prompt_tokens} (prompt) and max_problem_tokens={rl.problem_tokens} "
@@ -309,11 +368,12 @@ class RLStage:
         self.epoch, self.offset = 0, 0
         self.ref_params = None
         self.initial_params = None  # the run's starting params (KL reference, frozen-base candidates)
-        self.reward_fn = _math_reward  # (completion text, gold answer) -> reward
+        self.reward_fn = TaskReward(task, rows)  # (completion text, gold key) -> reward; .grades for a batch
         self._generate = jax.jit(self._rollout_fn, static_argnames=("scfg",))
-        self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, mesh, rl.operator, self.num_operator)
+        self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, mesh, rl.operator, self.num_operator,
+                                                      task=task, rows=rows)
                          if self.num_operator else None)
-        self.verifier = (operator_rl.VerifierRollouts(rl, cfg, tokenizer, mesh, self.num_standard)
+        self.verifier = (operator_rl.VerifierRollouts(rl, cfg, tokenizer, mesh, self.num_standard, task=task)
                          if rl.verifier != "none" else None)
         shapes = param_shapes(cfg)
         widths = [rl.max_prompt_tokens + rl.max_new_tokens - 1] if self.num_standard else []
@@ -417,12 +477,14 @@ class RLStage:
         t1 = time.perf_counter()
         rows = len(chosen) * g
         texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(rows)]
-        correct = np.array([self.reward_fn(texts[r], chosen[r // g][1]) for r in range(rows)], np.float32)
+        grades = self.reward_fn.grades(texts, [chosen[r // g][1] for r in range(rows)])
+        reward = np.array([x["reward"] for x in grades], np.float32)
+        correct = np.array([x["correct"] for x in grades], np.float32)
         batch = sequences_to_batch(np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens,
                                    out.lengths, out.logprobs)
-        batch.update(advantages=self._advantages(correct.reshape(-1, g)).reshape(-1).astype(np.float32),
+        batch.update(advantages=self._advantages(reward.reshape(-1, g)).reshape(-1).astype(np.float32),
                      correct=correct)
-        metrics = {"reward/standard": float(correct.mean()), "accuracy/standard": float(correct.mean()),
+        metrics = {"reward/standard": float(reward.mean()), "accuracy/standard": float(correct.mean()),
                    "length/standard": float(out.lengths.mean()), "time/rollout_s": t1 - t0,
                    "rollout/tokens_per_s": float(out.lengths.sum()) / max(t1 - t0, 1e-9)}
         return batch, metrics, (out.tokens, out.lengths - out.stopped.astype(np.int32), correct)

@@ -7,10 +7,14 @@ targets only).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
+from prd_jax.data.sft import SFTBatches, pad
 from prd_jax.model.decoder import forward
 from prd_jax.train.losses import sft_loss, token_logprobs
+from prd_jax.train.setup import sft_examples
+from prd_jax.train.trainer import eval_loss
 
 BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
 
@@ -33,9 +37,6 @@ class SFTStage:
     """Data side of SFT for `trainer.fit`: a resumable packed/padded iterator and eval loss."""
 
     def __init__(self, config, cfg, tokenizer, mesh):
-        from prd_jax.data.sft import SFTBatches, pad
-        from prd_jax.train.setup import sft_examples
-
         self.cfg, self.mesh, self.config = cfg, mesh, config
         train, held_out = sft_examples(config, tokenizer)
         data = config.data
@@ -48,8 +49,6 @@ class SFTStage:
         return sft_loss_fn(self.cfg, self.mesh)
 
     def abstract_batch(self):
-        import jax
-
         shape = (self.config.batch_size, self.config.data.seq_len)
         return {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
 
@@ -63,8 +62,6 @@ class SFTStage:
         self.batches.restore(state)
 
     def evaluate(self, params, step):
-        from prd_jax.train.trainer import eval_loss
-
         if not self.eval_batches:
             return {}
         return {"eval/loss": eval_loss(self.loss_fn(), params, self.eval_batches)}

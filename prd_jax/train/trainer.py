@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import jax
+from tqdm import tqdm
 
 from prd_jax import fileio
 from prd_jax.checkpoint import Checkpointer
@@ -95,7 +96,6 @@ class MetricsLog:
 
     def __init__(self, workdir: str, start: int, total: int, progress: bool):
         from clu import metric_writers
-        from tqdm import tqdm
 
         self.main = is_main()
         self.writer = metric_writers.create_default_writer(workdir, just_logging=not self.main)

@@ -1,4 +1,7 @@
-"""Editable prompt templates and their pre-tokenized pieces (PDR paper §3.1-3.2, App. B.2).
+"""Prompt templates, their named sets and their pre-tokenized pieces (PDR paper §3.1-3.2, App. B.2).
+
+Plain text: this module imports nothing from JAX or from the rest of prd_jax, so data and
+SFT-trace code import it without pulling in the operators.
 
 Wording: the texts are ours. They follow the PDR paper's prompts (App. B.2) in substance as
 §3.1 describes them (the appendix text itself was not available to us): a refine call
@@ -6,8 +9,17 @@ improves on the workspace rather than solving afresh, and the global summary kee
 candidates' agreements, contradictions, intermediate results and open subgoals. The
 judge prompts follow V1 (arXiv 2603.04304 §4) in substance, also in our words.
 
-A `Template` is plain text with slots `{problem}`, `{previous}`, `{candidates}`,
-`{summary}`, `{candidate}`. `compile_template` renders it once through the model's chat
+A `Template` is plain text with slots from `SLOTS` (`{problem}`, `{previous}`,
+`{candidates}`, `{summary}`, `{candidate}`, `{candidate_a}`, `{candidate_b}`) and the
+compile-time parameter `{kappa}`; any other `{name}` is refused by `render` and
+`compile_template`, naming the slot and the template.
+
+Sets are keyed by role: every set maps the same roles (`solve`, `sr_refine`, ...,
+`pairwise`, `pointwise`, `rsa_aggregate`) to its own wording, and declares its domain
+(`SET_DOMAINS`: "math" or "code"). "default" is math, "compact" the synthetic demo's
+few-character set, "code" speaks of programs (HumanEval-style tasks: the answer is one
+fenced Python program). An operator that needs a role of its own adds it to each set with
+`add_template` (README "Adding an operator"). `compile_template` renders it once through the model's chat
 template (a user turn plus the generation prompt and an optional forced assistant
 prefix), splits the rendering at the slots and tokenizes each literal piece. In a round,
 prompts are then assembled on device from these pieces and token segments; text is
@@ -22,6 +34,7 @@ import re
 from typing import Optional
 
 SLOTS = ("problem", "previous", "candidates", "summary", "candidate", "candidate_a", "candidate_b")
+PARAMETERS = ("kappa",)  # filled when a template is compiled (the summary budget), not per call
 CANDIDATE_HEADER = "### Candidate {index} (unverified)\n"
 CANDIDATE_FOOTER = "\n\n"
 
@@ -106,10 +119,10 @@ def _pointwise(name: str, criterion: str, noun: str) -> Template:
         f"Proposed {noun}:\n{{candidate}}"))
 
 
-PAIRWISE_MATH = _pairwise("pairwise_math", _MATH_CRITERION, "solution")
-PAIRWISE_CODE = _pairwise("pairwise_code", _CODE_PAIR_CRITERION, "program")
-POINTWISE_MATH = _pointwise("pointwise_math", _MATH_CRITERION, "solution")
-POINTWISE_CODE = _pointwise("pointwise_code", _CODE_CRITERION, "program")
+PAIRWISE_MATH = _pairwise("pairwise", _MATH_CRITERION, "solution")
+PAIRWISE_CODE = _pairwise("pairwise", _CODE_PAIR_CRITERION, "program")
+POINTWISE_MATH = _pointwise("pointwise", _MATH_CRITERION, "solution")
+POINTWISE_CODE = _pointwise("pointwise", _CODE_CRITERION, "program")
 
 RSA_AGGREGATE = Template("rsa_aggregate", (
     "Here is a problem and several candidate solutions. Some or all of them may be wrong. "
@@ -118,7 +131,7 @@ RSA_AGGREGATE = Template("rsa_aggregate", (
     "\\boxed{{}}.\n\nProblem:\n{problem}\n\n{candidates}"))
 
 DEFAULT_TEMPLATES = (SOLVE, SR_REFINE, SR_ERROR_ANALYSIS, PDR_TOPK, PDR_SUMMARY, DISTILL_SUMMARY,
-                     DISTILL_SUMMARY_VOTES, PAIRWISE_MATH, PAIRWISE_CODE, POINTWISE_MATH, POINTWISE_CODE, RSA_AGGREGATE)
+                     DISTILL_SUMMARY_VOTES, PAIRWISE_MATH, POINTWISE_MATH, RSA_AGGREGATE)
 
 # Compact set for small models trained from scratch (the demo): the same slots and calls in
 # a few characters, so that with a character vocabulary B_seq counts reasoning rather than
@@ -139,25 +152,117 @@ COMPACT_TEMPLATES = (
     _compact("pdr_summary", "Refine: {problem}\nSummary:\n{summary}"),
     _compact("distill_summary", "Summarize in {kappa}: {problem}\n{candidates}"),
     _compact("distill_summary_votes", "Summarize, count answers, in {kappa}: {problem}\n{candidates}"),
-    _compact("pairwise_math", "Compare: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
-    _compact("pairwise_code", "Compare programs: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
-    _compact("pointwise_math", "Rate: {problem}\n{candidate}"),
-    _compact("pointwise_code", "Rate program: {problem}\n{candidate}"),
+    _compact("pairwise", "Compare: {problem}\nA:\n{candidate_a}\nB:\n{candidate_b}"),
+    _compact("pointwise", "Rate: {problem}\n{candidate}"),
     _compact("rsa_aggregate", "Combine: {problem}\n{candidates}"),
 )
 
-TEMPLATE_SETS = {"default": DEFAULT_TEMPLATES, "compact": COMPACT_TEMPLATES}
+# Code set (HumanEval-style tasks, V1 arXiv 2603.04304 §4 evaluates on code): the same roles
+# and slots, speaking of programs; every generating call ends with the complete program in
+# one ```python fenced block, the artifact a code task extracts (its last fenced block).
+_PROGRAM = ("Write the complete function, including its signature and any imports it needs, "
+            "in one ```python fenced block at the end of your answer.")
+_CODE_HEAD = "### Candidate program {index} (unverified)\n"
+
+
+def _code(name: str, user: str) -> Template:
+    return Template(name, user, candidate_header=_CODE_HEAD)
+
+
+CODE_TEMPLATES = (
+    _code("solve", f"Solve the following programming task. Reason briefly about the approach and the edge "
+                   f"cases, then {_PROGRAM[0].lower()}{_PROGRAM[1:]}\n\nTask:\n{{problem}}"),
+    _code("sr_refine", ("Here is a programming task and an earlier program for it. The earlier program is "
+                        "unverified and may contain bugs. Improve it: check its logic and edge cases, keep "
+                        "what is right, fix what is wrong, and do not start over from scratch. "
+                        f"{_PROGRAM}\n\nTask:\n{{problem}}\n\nEarlier program:\n{{previous}}")),
+    _code("sr_error_analysis", ("Here is a programming task and an earlier program for it. The earlier program "
+                                "is unverified. First identify and explain each bug in it, including missed "
+                                f"edge cases. Then write a corrected program. {_PROGRAM}\n\n"
+                                "Task:\n{problem}\n\nEarlier program:\n{previous}")),
+    _code("pdr_topk", ("Here is a programming task and earlier candidate programs for it. The candidates are "
+                       "unverified and may contain bugs. Build an improved program from them: check their "
+                       "logic and edge cases, keep what is correct, fix what is wrong, and resolve where they "
+                       f"disagree; do not discard them and start over from scratch. {_PROGRAM}\n\n"
+                       "Task:\n{problem}\n\n{candidates}")),
+    _code("pdr_summary", ("Here is a programming task and a summary of earlier programs for it: where they "
+                          "agree and differ, the approaches tried, the edge cases handled or missed and the "
+                          "open problems. The summary is unverified and may contain mistakes. Build an "
+                          "improved program on it: keep what is correct, fix what is wrong, and close the "
+                          f"open problems; do not ignore it and start over from scratch. {_PROGRAM}\n\n"
+                          "Task:\n{problem}\n\nSummary of earlier programs:\n{summary}")),
+    _code("distill_summary", ("Below are several programs written for a task. Write a short summary (at most "
+                              "{kappa} tokens) that records: where the programs agree, where they differ, "
+                              "the approaches tried, the edge cases handled or missed, and the problems that "
+                              "remain open. Do not write the program yourself.\n\nTask:\n{problem}\n\n"
+                              "{candidates}")),
+    _code("distill_summary_votes", ("Below are several programs written for a task. Write a short summary (at "
+                                    "most {kappa} tokens) that records: where the programs agree, where they "
+                                    "differ, the approaches tried, the edge cases handled or missed, the "
+                                    "problems that remain open, and how many programs take each distinct "
+                                    "approach. Do not write the program yourself.\n\nTask:\n{problem}\n\n"
+                                    "{candidates}")),
+    PAIRWISE_CODE,
+    POINTWISE_CODE,
+    _code("rsa_aggregate", ("Here is a programming task and several candidate programs. Some or all of them "
+                            "may be wrong. Combine the correct ideas and the edge-case handling into one "
+                            "better program; if all of them are wrong, try a new approach. "
+                            f"{_PROGRAM}\n\nTask:\n{{problem}}\n\n{{candidates}}")),
+)
+
+ROLES = tuple(t.name for t in DEFAULT_TEMPLATES)  # the roles every built-in set fills
+TEMPLATE_SETS = {name: {t.name: t for t in ts} for name, ts in
+                 (("default", DEFAULT_TEMPLATES), ("compact", COMPACT_TEMPLATES), ("code", CODE_TEMPLATES))}
+SET_DOMAINS = {"default": "math", "compact": "math", "code": "code"}  # the domain a set's judges assess
+DOMAINS = ("math", "code")
+
+
+def _check_set(name: str) -> None:
+    if name not in TEMPLATE_SETS:
+        raise ValueError(f"templates={name!r}; allowed: {sorted(TEMPLATE_SETS)}")
 
 
 def template_set(name: str) -> dict:
-    """{template name: Template} of a named set; ValueError naming the allowed sets."""
-    if name not in TEMPLATE_SETS:
-        raise ValueError(f"templates={name!r}; allowed: {sorted(TEMPLATE_SETS)}")
-    return {t.name: t for t in TEMPLATE_SETS[name]}
+    """{role: Template} of a named set (a copy); ValueError naming the allowed sets."""
+    _check_set(name)
+    return dict(TEMPLATE_SETS[name])
+
+
+def set_domain(name: str) -> str:
+    """The domain ("math" or "code") whose judge criteria set `name` uses."""
+    _check_set(name)
+    return SET_DOMAINS[name]
+
+
+def template_slots(template: Template) -> tuple:
+    """The slots of `template` in order of appearance; ValueError naming the first unknown
+    `{name}` and the template (`{{}}` is a literal `{}`; `{kappa}` a compile-time parameter)."""
+    found = re.findall(r"\{(\w+)\}", template.user.replace("{{}}", ""))
+    for name in found:
+        if name not in SLOTS and name not in PARAMETERS:
+            raise ValueError(f"template {template.name!r} has unknown slot {{{name}}}; allowed slots: "
+                             f"{SLOTS}, compile-time parameters: {PARAMETERS}")
+    return tuple(found)
+
+
+def add_template(set_name: str, template: Template, *, replace: bool = False) -> Template:
+    """Add role `template.name` to set `set_name` (an operator's own prompt). Its slots are
+    checked now; a role the set already has with another text raises unless `replace`."""
+    _check_set(set_name)
+    template_slots(template)
+    have = TEMPLATE_SETS[set_name].get(template.name)
+    if have is not None and have != template and not replace:
+        raise ValueError(f"template set {set_name!r} already has role {template.name!r} with another text; "
+                         "pass replace=True to override it")
+    TEMPLATE_SETS[set_name][template.name] = template
+    return template
 
 
 def render(template: Template, **slots: str) -> str:
-    """The user text of `template` with its slots filled (`{{}}` becomes `{}`); every slot must be given."""
+    """The user text of `template` with its slots filled (`{{}}` becomes `{}`); every slot
+    must be given, and a slot unknown to `SLOTS` raises naming it and the template."""
+    template_slots(template)
+
     def fill(match: re.Match) -> str:
         name = match.group(1)
         if name is None:
@@ -181,16 +286,16 @@ class CompiledTemplate:
     name: str
     pieces: tuple
     slots: tuple
-    headers: tuple = ()  # tokenized CANDIDATE_HEADER for index 1..k_max
+    headers: tuple = ()  # tokenized candidate headers for index 1..k_max
     footer: tuple = ()
 
 
 def compile_template(tokenizer, template: Template, *, k_max: int = 16,
                      kappa: Optional[int] = None) -> CompiledTemplate:
-    """Render `template` through the chat template and tokenize its literal pieces."""
+    """Render `template` through the chat template and tokenize its literal pieces
+    (`tokenizer`: `apply_chat_template` and `encode`). An unknown slot raises (`template_slots`)."""
+    slots = tuple(s for s in template_slots(template) if s not in PARAMETERS)
     text = template.user.replace("{kappa}", str(kappa if kappa is not None else "")).replace("{{}}", "{}")
-    found = re.findall(r"\{(\w+)\}", text)
-    slots = tuple(s for s in found if s in SLOTS)
     marked = text
     for i, slot in enumerate(slots):
         marked = marked.replace("{" + slot + "}", f"\ue000{i}\ue000", 1)

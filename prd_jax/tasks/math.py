@@ -1,0 +1,61 @@
+"""Math task families: gsm8k, math500, aime2024, aime2025 (PDR arXiv 2510.01123 §4; V1 arXiv 2603.04304 §4).
+
+Artifact: the final answer (`rewards.math.extract_answer`: last `\\boxed{}`, "the answer is",
+`####`, last number). Reward: 1.0 when it is equivalent to the gold answer under
+`rewards.math.is_equivalent` (math-verify), else 0.0; the oracle is the same grade; majority
+voting groups on the normalised answer (`rewards.math.normalize_answer`). Prompts: the
+"default" template set, judges `pairwise_math` / `pointwise_math`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+from prd_jax.tasks.base import Task, register_task
+
+__all__ = ["MathTask", "GSM8K", "MATH500", "AIME2024", "AIME2025"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MathTask(Task):
+    """A math benchmark graded by final-answer equivalence."""
+
+    timeout_s: float = 2.0  # math-verify wall-clock limit per symbolic comparison
+    last_number_fallback: bool = True
+
+    def extract(self, completion: str) -> Optional[str]:
+        from prd_jax.rewards.math import extract_answer
+
+        return extract_answer(completion, last_number_fallback=self.last_number_fallback)
+
+    def grade(self, row: dict, completion: str) -> dict:
+        from prd_jax.rewards.math import grade_detailed
+
+        g = grade_detailed(completion, str(row["answer"]), last_number_fallback=self.last_number_fallback,
+                           timeout_s=self.timeout_s)
+        return {"reward": float(g["correct"]), "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
+                "answer": g["answer"]}
+
+    def grade_many(self, rows: Sequence[dict], completions: Sequence[str]) -> list:
+        from prd_jax.rewards.pool import parallel_map
+
+        if len(rows) != len(completions):
+            raise ValueError(f"grade_many: {len(rows)} rows but {len(completions)} completions")
+        return parallel_map(lambda rc: self.grade(*rc), list(zip(rows, completions)))
+
+    def answer_key(self, completion: str) -> Optional[str]:
+        from prd_jax.rewards.math import normalize_answer
+
+        answer = self.extract(completion)
+        return None if answer is None else normalize_answer(answer)
+
+
+GSM8K = register_task(MathTask("gsm8k", seqio_task="prd_gsm8k", default_split="test"))
+MATH500 = register_task(MathTask("math500", seqio_task="prd_math500"))
+AIME2024 = register_task(MathTask("aime2024", seqio_task="prd_aime2024"))
+AIME2025 = register_task(MathTask("aime2025", seqio_task="prd_aime2025"))
+
+# benchmark file names of `data.paths.DATASETS` -> task (the default task of a math config)
+DATASET_TASKS = {"gsm8k_train": "gsm8k", "gsm8k_test": "gsm8k", "math500": "math500",
+                 "aime2024": "aime2024", "aime2025": "aime2025"}
