@@ -102,6 +102,11 @@ _CODE_CRITERION = ("Judge whether the program is correct on all valid inputs, in
 _CODE_PAIR_CRITERION = _CODE_CRITERION + " If both are correct, rate the more robust one higher."
 
 
+# What a judge is forced to continue with when its reasoning ends without rating tags (V1
+# §4): the open tag(s) before each rating read (operators/judges.py; SFT judge traces).
+FORCED_PREFIXES = {"pairwise": ("\n<rating_A>", "</rating_A> <rating_B>"), "pointwise": ("\n<rating>",)}
+
+
 def _pairwise(name: str, criterion: str, noun: str) -> Template:
     return Template(name, (
         f"Here is a problem and two proposed {noun}s, A and B. They are unverified. "

@@ -87,7 +87,8 @@ def get_config(arg=None):
     c.data = ml_collections.ConfigDict(dict(
         source="gsm8k_train",  # placeholder for the paper's math RL mix (see the docstring)
         data_dir="",  # default: $PRD_DATA_DIR
-        num_train=0))  # 0: every problem of the set
+        num_train=0,  # 0: every problem of the set
+        mixture="", module=""))  # or a registered seqio task/mixture (README "Bring your own seqio task")
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
         max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],

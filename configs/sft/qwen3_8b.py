@@ -73,7 +73,7 @@ def get_config(arg=None):
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl",
         path="/path/to/sft_traces",  # placeholder: override with --config.data.path=<trace dir>
-        seq_len=16384, mode="pack", validation_fraction=0.01))
+        seq_len=16384, mode="pack", validation_fraction=0.01, mixture="", module=""))
     c.batch_size = 64  # sequences per optimizer step (global, all processes together)
     c.grad_accum_steps = GRAD_ACCUM[arg]
     c.optim = ml_collections.ConfigDict(dict(

@@ -25,9 +25,22 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
+from prd_jax.evaluate import _context, build_spec, model_overrides
 from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+from prd_jax.model.decoder import param_shapes
+from prd_jax.model.weights import param_shardings
+from prd_jax.operators.core import Problems
+from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import operator_for
+from prd_jax.operators.runner import run
+from prd_jax.operators.specs import Sampling
+from prd_jax.sampling import SamplingConfig, generate
+from prd_jax.train.rl import RLStage
+from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
+from prd_jax.train.state import abstract_state, state_shardings
+from prd_jax.train.step import batch_shardings, minibatch_updates, train_step
+from prd_jax.train.trainer import optimizer_from
 
 
 @dataclasses.dataclass
@@ -48,9 +61,6 @@ def mesh3(mesh) -> E.Mesh3:
 
 
 def _abstract_params(cfg: ModelConfig, mesh):
-    from prd_jax.model.decoder import param_shapes
-    from prd_jax.model.weights import param_shardings
-
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         param_shapes(cfg), param_shardings(cfg, mesh))
 
@@ -80,8 +90,6 @@ class SamplerCall:
 
 def sampler_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int = 0, knob: str = "") -> Program:
     """The sampler (`sampling.generate`, prefill + decode loop) for one call's shapes."""
-    from prd_jax.sampling import generate
-
     def lower():
         fn = jax.jit(functools.partial(generate, cfg, gen_len=call.scfg.max_new_tokens, pad_id=pad_id,
                                        fanout=True, mesh=mesh, scfg=call.scfg))
@@ -108,8 +116,6 @@ class RecordingLM:
         return self.lm.generate(prompts, lengths, keys, scfg, fanout, name)
 
     def next_logits(self, prompts, lengths, name="model call"):
-        from prd_jax.sampling import SamplingConfig
-
         self.calls.append(SamplerCall(name + ".logits", prompts.shape[0], prompts.shape[1],
                                       SamplingConfig(1, max_rows=self.lm.max_rows)))
         return self.lm.next_logits(prompts, lengths, name)
@@ -117,9 +123,6 @@ class RecordingLM:
 
 def operator_calls(cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: int) -> List[SamplerCall]:
     """The sampler calls one operator makes on `problems_shape = (B, width)` (traced, not run)."""
-    from prd_jax.operators.lm import ModelLM
-    from prd_jax.operators.runner import run
-
     calls: list = []
     b, w = problems_shape
 
@@ -132,8 +135,6 @@ def operator_calls(cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: in
 
 
 def _problems(b: int, width: int, mesh):
-    from prd_jax.operators.core import Problems
-
     return Problems(_batch_struct((b, width), jnp.int32, mesh), _batch_struct((b,), jnp.int32, mesh),
                     _batch_struct((b, 64), jnp.int32, mesh), _batch_struct((b,), jnp.int32, mesh))
 
@@ -141,9 +142,6 @@ def _problems(b: int, width: int, mesh):
 def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shape, pad_id: int,
                      calls: List[SamplerCall], chip) -> Program:
     """The whole operator (every round, one jitted program, as eval and operator RL run it)."""
-    from prd_jax.operators.lm import ModelLM
-    from prd_jax.operators.runner import run
-
     b, w = problems_shape
 
     def lower():
@@ -175,8 +173,6 @@ def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
 
 def logits_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int = 0, knob: str = "") -> Program:
     """A judge's forced-rating read (`ModelLM.next_logits`: a prefill, in row chunks of `max_rows`)."""
-    from prd_jax.operators.lm import ModelLM
-
     def lower():
         fn = jax.jit(lambda params, prompts, lengths: ModelLM(params, cfg, pad_id, mesh, call.scfg.max_rows)
                      .next_logits(prompts, lengths, call.name))
@@ -201,10 +197,6 @@ def call_programs(cfg: ModelConfig, mesh, calls: List[SamplerCall], chip, pad_id
 def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1,
                   minibatches: int = 1) -> Program:
     """The accumulated optimizer step exactly as `trainer.fit` compiles it (donated state)."""
-    from prd_jax.train.state import abstract_state, state_shardings
-    from prd_jax.train.step import batch_shardings, minibatch_updates, train_step
-    from prd_jax.train.trainer import optimizer_from
-
     accum = config.get("grad_accum_steps", 1)
     rows, width = next(iter(abstract_batch.values())).shape[:2]
     if rows % accum:
@@ -231,7 +223,6 @@ def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn,
 def model_config(config) -> ModelConfig:
     """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
     if isinstance(config.get("model"), str):  # eval config: as `evaluate` loads it
-        from prd_jax.evaluate import model_overrides
 
         name, over = config.model, model_overrides(config)
     else:
@@ -245,20 +236,15 @@ def model_config(config) -> ModelConfig:
 
 def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
     if config.stage == "sft":
-        from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
-
         shape = (config.batch_size, config.data.seq_len)
         batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
         return [train_program(config, cfg, mesh, batch, sft_loss_fn(cfg, mesh), chip)]
-    from prd_jax.train.rl import RLStage
 
     stage = RLStage(config, cfg, tokenizer, mesh, load_data=False)
     rl = stage.rl
     progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
                            rl.minibatches)]
     if stage.num_standard:
-        from prd_jax.sampling import SamplingConfig
-
         scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
                               tuple(tokenizer.stop_ids), rl.max_rows_per_call)
         call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)
@@ -276,7 +262,6 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
         z = lambda w: (_batch_struct((v.rows, w), jnp.int32, mesh), _batch_struct((v.rows,), jnp.int32, mesh))
         prompts, _, _ = jax.eval_shape(v._generate_fn, _abstract_params(cfg, mesh), z(rl.problem_tokens), z(c), z(c),
                                        _keys(v.rows, mesh))
-        from prd_jax.sampling import SamplingConfig
 
         scfg = SamplingConfig(rl.verifier_max_new_tokens, rl.temperature, rl.top_p, 0, 1, tuple(tokenizer.stop_ids),
                               rl.max_rows_per_call)
@@ -317,8 +302,6 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
     calls per problem; its name carries the tournament's call budget B per problem
     (`judge.pairwise[B calls]`), so it counts B / W times: every budgeted call made (an upper
     bound, like the generated tokens). Forced-rating reads (one prefill each) are left out."""
-    from prd_jax.evaluate import build_spec
-
     runs = -(-config.num_problems // config.batch_size) * config.k_samples
     m = mesh3(mesh)
 
@@ -337,9 +320,6 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    from prd_jax.evaluate import _context
-    from prd_jax.operators.specs import Sampling
-
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
                         config.get("max_rows_per_call", 0))
     return _context(tokenizer, sampling, spec.kappa, spec.k_max, config.get("templates", "default"))
@@ -357,8 +337,6 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
     The whole programs are off by default: they run the same calls one after another, and on
     a 2-core host the 2-call operator-RL round of Qwen3-8B took 7-10 minutes to compile (it
     measured 32.6 GB per v5p chip against 31.6 GB for its largest call)."""
-    from prd_jax.evaluate import build_spec
-
     shape = (config.batch_size, config.max_problem_tokens)
     progs, all_calls = [], []
     for spec in largest_budgets([build_spec(dict(e)) for e in config.operators]):

@@ -30,8 +30,8 @@ Every trace renders its prompt with a named template set (`prompts.TEMPLATE_SETS
 `CharVocab` is a character tokenizer with the interface of
 `prd_jax.model.tokenizer.Tokenizer` that the operators and `data.vocab.HFVocabulary` use.
 
-Only numpy and the standard library are imported at module level; the prompt templates
-(which import JAX) and TensorFlow/seqio are imported inside the functions that need them.
+Module level imports numpy, the standard library and `prd_jax.prompts` (no JAX);
+TensorFlow/seqio are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ import re
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
+
+from prd_jax import prompts
+from prd_jax.prompts import FORCED_PREFIXES, template_set
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +311,6 @@ def corrupt_solution(rng: np.random.Generator, problem: Mapping) -> str:
 
 def solve_example(problem: Mapping, templates: str = "default") -> dict:
     """SFT row {id, prompt, response}: the set's SOLVE prompt and the gold chain of thought."""
-    from prd_jax import prompts
     solve = prompts.template_set(templates)["solve"]
     return {"id": problem["id"], "prompt": prompts.render(solve, problem=problem["problem"]),
             "response": problem["solution"]}
@@ -321,7 +323,6 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
     Returns {id, prompt_candidates, wrong (per candidate), prompt (the set's PDR_TOPK user
     text with the rendered workspace), response (the gold solution)}.
     """
-    from prd_jax import prompts
     _check_rng(rng)
     k = _check_int("k", k, 1)
     num_wrong = _check_int("num_wrong", num_wrong, 0)
@@ -339,7 +340,6 @@ def pdr_trace(rng: np.random.Generator, problem: Mapping, k: int, num_wrong: int
 def sr_trace(rng: np.random.Generator, problem: Mapping, wrong: bool, templates: str = "default") -> dict:
     """An SR refine trace (PDR paper §2, sequential refinement): one earlier attempt,
     corrupted if `wrong`, then the gold solution. Returns {id, previous, wrong, prompt, response}."""
-    from prd_jax import prompts
     previous = corrupt_solution(_check_rng(rng), problem) if wrong else problem["solution"]
     prompt = prompts.render(prompts.template_set(templates)["sr_refine"], problem=problem["problem"], previous=previous)
     return {"id": problem["id"], "previous": previous, "wrong": bool(wrong), "prompt": prompt,
@@ -352,10 +352,8 @@ JUDGE_RATINGS = (1, 10)  # (wrong, correct): the ends of V1's 1-10 scale
 def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templates: str = "default") -> dict:
     """A pairwise judge trace (V1 paper §3) with no reasoning: candidates A and B (gold, or
     corrupted where `wrong[i]`), then the forced-rating tags a judge with a zero reasoning
-    budget completes (`operators.judges.FORCED_PREFIXES`): 10 for a correct candidate, 1 for
+    budget completes (`prompts.FORCED_PREFIXES`): 10 for a correct candidate, 1 for
     a wrong one. Returns {id, candidates, wrong, prompt, response}."""
-    from prd_jax import prompts
-    from prd_jax.operators.judges import FORCED_PREFIXES
     _check_rng(rng)
     cands = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
     prompt = prompts.render(prompts.template_set(templates)["pairwise"], problem=problem["problem"],
@@ -450,7 +448,6 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
         if max(wrong_choices) > k:
             raise ValueError(f"num_wrong={num_wrong!r}; every value must be <= k={k}")
     _difficulties(difficulty)
-    from prd_jax.prompts import template_set
     template_set(templates)
     modulus = _check_modulus(_check_family(family), modulus)
 

@@ -40,11 +40,11 @@ import numpy as np
 
 from prd_jax.operators.assembly import assemble, literal
 from prd_jax.operators.calls import sampling_config, width
+from prd_jax.prompts import FORCED_PREFIXES
 
 Array = jax.Array
 
 TAGS = {"pairwise": ("rating_A", "rating_B"), "pointwise": ("rating",)}
-FORCED_PREFIXES = {"pairwise": ("\n<rating_A>", "</rating_A> <rating_B>"), "pointwise": ("\n<rating>",)}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import prompts as P
-from prd_jax.operators import population  # noqa: F401  (registers best_of_n and rsa)
 from prd_jax.operators.core import Context, OperatorResult, Problems
 from prd_jax.operators.judges import RatingParser, RatingTokens
 from prd_jax.operators.registry import operator_for
