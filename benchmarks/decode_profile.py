@@ -122,8 +122,8 @@ def classify(name: str, comps, where, vocab: int, capacity: int):
     if any(op in opcodes for op in ("rng-bit-generator", "rng")) or "threefry" in rest or "random" in rest:
         return "sampling", 0.0
     if any(vocab in s for s in shapes):
-        return ("sampling" if ("argmax" in rest or "select" in opcodes and "compare" in opcodes
-                               and "reduce" not in opcodes) else "head + log-softmax"), 0.0
+        # argmax over the vocabulary is a reduce with an iota (greedy choice): sampling
+        return ("sampling" if "iota" in opcodes or "argmax" in rest else "head + log-softmax"), 0.0
     if any(capacity in s for s in shapes):
         return "attention", 0.0
     return "other", 0.0
@@ -166,7 +166,7 @@ def main():
         tokens[i, plen - len(p):] = p
     lengths = jnp.asarray([len(p) for p in prompt_ids], jnp.int32)
     keys = jax.random.split(jax.random.key(0), args.batch)
-    kw = {} if args.reference == "unrolled" or os.environ.get("PROFILE_OLD") else {"decode_layers": "scan"}
+    kw = {} if args.reference == "unrolled" else {"decode_layers": "scan"}
     scfg = SamplingConfig(gen_len, temperature=0.0, **kw)
     fn = jax.jit(generate, static_argnames=("cfg", "scfg", "gen_len", "pad_id", "fanout", "mesh"),
                  static_argnums=(0,))

@@ -24,13 +24,24 @@ from typing import Iterable
 
 import jax
 import jax.numpy as jnp
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+from tqdm import tqdm
 
 from prd_jax import fileio
 from prd_jax.config_io import save_config
+from prd_jax.data.jsonl import read_problems
 from prd_jax.host import is_main, on_main, to_host
+from prd_jax.mesh import init_distributed, make_mesh
+from prd_jax.model import load
 from prd_jax.operators import registry
+from prd_jax.operators.lm import ModelLM
+from prd_jax.operators.runner import encode_problems, make_context, run_operator
 from prd_jax.operators.specs import Sampling
+from prd_jax.prompts import template_set
+from prd_jax.tasks import get_task, task_for_config
+from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +157,7 @@ def markdown_table(table: list) -> str:
 def pareto_plot(table: list, path: str, title: str = "") -> None:
     """Accuracy against mean B_seq and B_total (top: generated tokens, the paper's Fig. 3
     axes) and against their in + out counterparts (bottom: context cost), one point per operator."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.4))
     for ax, key, label in ((axes[0, 0], "b_seq", "B_seq (tokens generated on the accepted path)"),
@@ -191,10 +199,6 @@ def _context(tok, sampling, kappa, k_max: int, templates: str, task="gsm8k"):
     operator is cached per context, so evaluating several checkpoints that share a
     tokenizer object (the demo) compiles each operator once. Its oracle grader and majority
     grouper are the task's (`tasks.grading`); give the grader the run's rows (`add_rows`)."""
-    from prd_jax.operators.runner import make_context
-    from prd_jax.tasks import get_task
-    from prd_jax.tasks.grading import TaskGrader, TaskGrouper
-
     task = get_task(task)
     key = (id(tok), sampling, kappa, k_max, templates, task)
     if key not in _CONTEXTS:  # the entry holds `tok`, so its id is not reused while cached
@@ -206,37 +210,20 @@ def _context(tok, sampling, kappa, k_max: int, templates: str, task="gsm8k"):
 
 def eval_task(config):
     """The task an eval config grades with: `config.task`, else the one `config.dataset` names;
-    a dataset that names none (the demo's "synthetic" rows) is graded as math, as before."""
-    from prd_jax.tasks import get_task, task_for_config
-
-    if config.get("task"):
-        return get_task(config.task)
-    try:
-        return task_for_config(config)
-    except ValueError:
+    the demo's given rows (`dataset="synthetic"`) are graded as math, as before. Any other
+    dataset that names no task raises, naming `config.task` and the allowed tasks."""
+    if not config.get("task") and config.get("dataset") in (None, "", "synthetic"):
         return get_task("gsm8k")
+    return task_for_config(config)
 
 
 def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
     """Run `config.operators` on `config.dataset` (or the given problem `rows`); write results,
     summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh."""
-    from tqdm import tqdm
-
-    from prd_jax.data.jsonl import read_problems
-    from prd_jax.model import load
-    from prd_jax.operators.lm import ModelLM
-    from prd_jax.operators.runner import encode_problems, run_operator
-
-    try:
-        from prd_jax.prompts import template_set
-    except ImportError:  # older layout
-        from prd_jax.prompts import template_set
-
     task = eval_task(config)  # grading, oracle, majority key and (with config.task) the data
     templates = config.get("templates") or task.templates
     template_set(templates)  # an unknown set fails before any work
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
-        from prd_jax.mesh import init_distributed
 
         init_distributed()
     main = is_main()
@@ -251,8 +238,6 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     elif rows is None:
         rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
     if model is None:
-        from prd_jax.mesh import make_mesh
-
         # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
         mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
         model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))

@@ -9,7 +9,15 @@ Randomness: each prompt has its own key; sample m of prompt b uses
 on its own prompt and key, never on the rest of the batch.
 
 Logprobs are the model's log-softmax (temperature 1, no top-p/top-k filtering) of the
-chosen token: the sampling policy's logprob when sampling at temperature 1.
+chosen token: the sampling policy's logprob when sampling at temperature 1 (computed as
+logit minus logsumexp, without materialising the [R, V] log-softmax).
+
+Decode (`SamplingConfig.decode_layers`): "unrolled" (default) runs the loop body over
+per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and per-layer
+caches updated in place (`decoder.decode_step`); "scan" is the stacked `nn.scan` forward,
+which dynamic-slices every layer's weights and cache on every step (kept for comparison).
+Prefill always uses the scanned forward. With `compact_min_rows`, the decode batch halves
+whenever at most half its rows are live (`_decode_unrolled`): same tokens per row.
 """
 
 from __future__ import annotations

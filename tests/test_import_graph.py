@@ -16,10 +16,11 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "prd_jax"
 
 # Imported lazily on purpose: TensorFlow / seqio / TFDS / clu (which loads TensorFlow),
-# torch / transformers, and the data-layer modules that import them.
+# torch / transformers, and the data-layer modules that import them; and math_verify (sympy),
+# which runs in the grading worker process and is imported in-process only by its fallback.
 LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transformers", "etils",
            "prd_jax.data.tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
-           "prd_jax.data._tf")
+           "prd_jax.data._tf", "math_verify")
 # Functions whose source runs in a fresh interpreter (sandboxed children, worker sources):
 # their imports must be inside them.
 CHILD_FUNCTIONS = {("prd_jax.rewards.code", "_runner_main"), ("prd_jax.rewards.code", "_child_preexec"),

@@ -168,3 +168,27 @@ def test_sampler_compiles_nothing_after_warm_up_within_a_bucket(tiny):
         for first in (4, 8):  # other prompt lengths, same (batch, prompt, generation) bucket
             jax.block_until_ready(sampler(params, PROMPTS[first:first + 4], jax.random.key(first), scfg).tokens)
     assert counter.count == 0 and sampler.num_compilations == 1
+
+
+def test_operator_calls_with_compaction_equal_static_calls():
+    """`ModelLM(compact_min_rows=...)` compacts every generate call of an operator (the PDR
+    drafts' fan-out included) and changes no token, budget or final answer."""
+    from fakes import CharTokenizer
+
+    from prd_jax.operators.lm import ModelLM
+    from prd_jax.operators.runner import encode_problems, make_context, run_operator
+    from prd_jax.operators.specs import PDR, Sampling
+
+    tok = CharTokenizer()
+    cfg = get_model_config("tiny", max_position=2048)
+    params = init_params(cfg, jax.random.key(0))
+    ctx = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS), kappa=8, k_max=4)
+    spec = PDR((8, 1), "shared_topk", 2, "random", 8, 24, 32, 8)
+    probs = encode_problems(tok, ["1+1=?", "3*4=?"], ["2", "12"], 32, width=32)[0]
+    keys = jax.random.split(jax.random.key(5), 2)
+    static = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx)
+    compact = run_operator(ModelLM(params, cfg, 0, compact_min_rows=2), probs, keys, spec, ctx)
+    np.testing.assert_array_equal(compact.final_tokens, static.final_tokens)
+    np.testing.assert_array_equal(compact.b_total, static.b_total)
+    np.testing.assert_array_equal(compact.b_seq, static.b_seq)
+    assert int(np.asarray(static.b_total).min()) < 2 * 8 * 24  # rows stopped early: compaction had work

@@ -8,8 +8,10 @@ B_total, judge_unparsed as for math. `results.jsonl` rows carry task, passed, to
 CPU default (SmolLM2-135M-Instruct from the wheel, first `num_problems` problems, k = 1,
 N = 2, 48-token budgets: checks the pipeline, the model is too small to pass tests):
     prd-jax eval --config configs/eval/humaneval_v1.py --config.num_problems=4 --workdir /tmp/he_v1
-Expected runtime: 11m28s on 2 busy, shared CPU cores (2026-11-30; one compile per operator),
-score 0 (SmolLM2-135M with 48 tokens writes no passing program).
+Expected runtime: 19m26s on 2 busy, shared CPU cores (2026-12-01; one compile per operator,
+most of it compiling), 20 rows, pass@1 0.000 for every operator (SmolLM2-135M in 48 tokens
+passes some asserts, e.g. 3/7 on HumanEval/0, but no problem fully); judge unparsed 8 per
+judged operator (its ratings are forced).
 
 Paper scale (the arg is a model alias; the V1 paper's is Qwen3-4B-Instruct-2507): all 164
 problems, k = 4 (pass@1 and pass@4), N = 16, pairwise budget m*N with m in {1, 2, 3},

@@ -3,7 +3,7 @@
 The data mixes single-pass chain-of-thought traces with PDR-format traces (a workspace of
 candidates, 0..k of them wrong, then a correct solution), as in the PDR paper's SFT stage
 (§3.3), plus SR refine traces and V1 pairwise judge traces (`train.setup.synthetic_traces`).
-Prompts use the compact template set (operators/prompts.COMPACT_TEMPLATES), so RL and eval
+Prompts use the compact template set (prompts.COMPACT_TEMPLATES), so RL and eval
 of this model must use it too (configs/rl/tiny.py inherits `data.templates`).
 
 Command to run:
@@ -29,7 +29,7 @@ def get_config(arg=None):
     c.data = ml_collections.ConfigDict(dict(
         source="synthetic", family="modchain", difficulty=(1, 2, 3), num_train=2000, num_eval=64,
         pdr_fraction=0.5, pdr_k=2, sr_fraction=0.25, judge_fraction=0.25, seq_len=256, mode="pack", path="", validation_fraction=0.05,
-        templates="compact", mixture="", module=""))  # short prompts (operators/prompts.COMPACT_TEMPLATES) for a char-level model
+        templates="compact", mixture="", module=""))  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
     c.batch_size = 16
     c.grad_accum_steps = 1
     c.optim = ml_collections.ConfigDict(dict(

@@ -207,7 +207,7 @@ class Decoder(nn.Module):
 
     @nn.compact
     def __call__(self, tokens, positions, cache: Optional[KVCache] = None,
-                 segment_ids=None, logits_index=None):
+                 segment_ids=None, logits_index=None, return_hidden: bool = False):
         cfg, dt, pdt = self.cfg, _DTYPES[self.cfg.dtype], _DTYPES[self.cfg.param_dtype]
         embed = self.param("embed", nn.with_logical_partitioning(
             nn.initializers.normal(stddev=1.0 / math.sqrt(cfg.hidden)), ("vocab", "embed")), (cfg.vocab_size, cfg.hidden), pdt)
@@ -249,6 +249,9 @@ class Decoder(nn.Module):
         if logits_index is not None:  # only the rows' chosen positions: [B, 1, D]
             x = jnp.take_along_axis(x, logits_index[:, None, None], axis=1)
         x = RMSNorm(cfg.rms_eps, pdt, name="final_norm")(x)
+        if return_hidden:  # the head is left to the caller (e.g. a chunked cross-entropy)
+            new_cache = None if cache is None else KVCache(cache_k, cache_v, cache.start, cache.index + t)
+            return x, new_cache
         if cfg.tie_embeddings:
             head = embed.T
         else:
@@ -265,8 +268,12 @@ class Decoder(nn.Module):
 
 def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
             cache: Optional[KVCache] = None, *, segment_ids: Optional[Array] = None,
-            logits_index: Optional[Array] = None, mesh: Optional[Mesh] = None, prefill: bool = False):
+            logits_index: Optional[Array] = None, mesh: Optional[Mesh] = None, prefill: bool = False,
+            return_hidden: bool = False):
     """Pure forward pass: `(params, tokens [B,T], positions [B,T], cache) -> (logits, cache)`.
+
+    `return_hidden`: return the final-normed hidden states `[B, T, D]` instead of logits
+    (`prd_jax.train.chunked_xent` applies the head in token chunks).
 
     Logits are fp32 `[B, T, V]` (or `[B, 1, V]` at `logits_index [B]`). Without a cache the
     mask is causal (and block-diagonal by `segment_ids` for packed rows). `prefill=True`
@@ -275,7 +282,7 @@ def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
     if prefill and cache is None:
         raise ValueError("forward(prefill=True) needs a fresh cache to fill")
     return Decoder(cfg, mesh, prefill).apply({"params": params}, tokens, positions, cache,
-                                             segment_ids, logits_index)
+                                             segment_ids, logits_index, return_hidden)
 
 
 PREFILL_QUERY_BLOCK = 1024

@@ -67,10 +67,16 @@ from __future__ import annotations
 
 import ast
 import builtins
+import ctypes
 import dataclasses
+import inspect
 import json
 import math
+import numbers
 import os
+import random
+import resource
+import secrets
 import selectors
 import shutil
 import signal
@@ -82,6 +88,8 @@ import threading
 import time
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
+
+from prd_jax.rewards.pool import parallel_map
 
 __all__ = ["CodeResult", "STATUSES", "available_isolations", "count_tests", "evaluate", "evaluate_many", "isolation"]
 
@@ -123,7 +131,6 @@ class CodeResult:
 
 def _enc(x, depth=0):
     """Encode a value as tagged JSON of plain types; raise TypeError otherwise."""
-    import numbers
     if depth > 100:
         raise ValueError("value nested too deeply")
     d = depth + 1
@@ -355,7 +362,6 @@ _RUNNER_SRC: str | None = None
 def _runner_source() -> str:
     global _RUNNER_SRC
     if _RUNNER_SRC is None:
-        import inspect
         parts = [inspect.getsource(f) for f in (_enc, _dec, _ns_setup, _runner_main)]
         _RUNNER_SRC = "import sys\n" + "\n".join(parts) + "\n_runner_main(int(sys.argv[1]), int(sys.argv[2]))\n"
     return _RUNNER_SRC
@@ -434,7 +440,6 @@ class _CandidateError(Exception):
 
 def _prctl(option: int, arg: int) -> None:
     try:
-        import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort hardening
         pass
@@ -523,7 +528,6 @@ class _Box:
             self.workdir = home = cwd = tempfile.mkdtemp(prefix="run-", dir=cfg["workroot"])
             if uid is not None:
                 os.chown(home, uid, uid)
-        import resource
         cpu = int(math.ceil(float(cfg["timeout_s"]))) + 2
         limits = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, int(cfg["memory_mb"]) << 20),
                   (resource.RLIMIT_FSIZE, _FILE_LIMIT), (resource.RLIMIT_CORE, 0),
@@ -788,7 +792,6 @@ def _short(e: BaseException) -> str:
 
 
 def _judge_assert(cfg: dict) -> dict:
-    import random
     prelude, steps, param = _plan_assert(cfg["tests"], cfg["entry_point"])
     total = sum(counted for _, counted in steps)
     passed, status, detail = 0, None, ""
@@ -918,7 +921,6 @@ def _judge_entry() -> None:
 # --------------------------------------------------------------------------
 
 def _run_judge(cfg: dict, total: int, n_runs: int) -> CodeResult:
-    import secrets
     nonce = secrets.token_hex(16)
     workroot = None
     if cfg["mode"] == "rlimits":  # made and removed here, so a killed judge leaves nothing behind
@@ -1098,7 +1100,6 @@ def evaluate_many(items: Iterable[Mapping[str, Any] | Sequence[Any]], *, workers
     if not calls:
         return []
     # imported here: this file also runs as the judge script (`python -I code.py --judge`), outside the package
-    from prd_jax.rewards.pool import parallel_map
 
     isolation()  # detect once, outside the pool
     return parallel_map(lambda kw: evaluate(**kw), calls, workers)

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 __all__ = ["WorkerUnavailable", "WorkerPool", "default_workers", "parallel_map"]
@@ -51,7 +52,6 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: Option
     n = min(workers or default_workers(len(items)), len(items))
     if n == 1:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         return list(pool.map(fn, items))

@@ -24,6 +24,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Hashable, Optional, Sequence
 
+from prd_jax import prompts
+from prd_jax.tasks.rows import read_rows
+
 __all__ = ["TASKS", "Task", "get_task", "register_task", "task_names"]
 
 
@@ -41,8 +44,6 @@ class Task:
     def problems(self, split: Optional[str] = None, limit: Optional[int] = None,
                  data_dir: Optional[str] = None) -> list:
         """Rows of this task's data (dicts of python str/int with at least `id` and `problem`)."""
-        from prd_jax.tasks.rows import read_rows
-
         return read_rows(self.seqio_task, split or self.default_split, limit=limit, data_dir=data_dir)
 
     def problem_text(self, row: dict) -> str:
@@ -92,10 +93,6 @@ class Task:
         """{"pairwise": role, "pointwise": role}: the template roles of this task's judges in its
         set `templates`: plain "pairwise" / "pointwise" where the set has them (each set speaks
         of its own domain), else the domain-suffixed "pairwise_<judge_domain>" of older sets."""
-        try:
-            from prd_jax import prompts
-        except ImportError:  # older layout
-            from prd_jax.operators import prompts
         roles = prompts.template_set(self.templates)
         return {kind: kind if kind in roles else f"{kind}_{self.judge_domain}" for kind in ("pairwise", "pointwise")}
 

@@ -23,6 +23,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
+from prd_jax.rewards.code import count_tests, evaluate_many
 from prd_jax.tasks.base import Task, register_task
 
 __all__ = ["CodeTask", "HUMANEVAL", "REWARD_MODES", "extract_program", "normalize_program"]
@@ -107,8 +108,6 @@ class CodeTask(Task):
         return self.grade_many([row], [completion])[0]
 
     def grade_many(self, rows: Sequence[dict], completions: Sequence[str]) -> list:
-        from prd_jax.rewards.code import count_tests, evaluate_many
-
         if len(rows) != len(completions):
             raise ValueError(f"grade_many: {len(rows)} rows but {len(completions)} completions")
         programs = [self.program(r, c) for r, c in zip(rows, completions)]

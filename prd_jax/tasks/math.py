@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+from prd_jax.rewards.math import extract_answer, grade_detailed, normalize_answer
+from prd_jax.rewards.pool import parallel_map
 from prd_jax.tasks.base import Task, register_task
 
 __all__ = ["MathTask", "GSM8K", "MATH500", "AIME2024", "AIME2025"]
@@ -25,28 +27,20 @@ class MathTask(Task):
     last_number_fallback: bool = True
 
     def extract(self, completion: str) -> Optional[str]:
-        from prd_jax.rewards.math import extract_answer
-
         return extract_answer(completion, last_number_fallback=self.last_number_fallback)
 
     def grade(self, row: dict, completion: str) -> dict:
-        from prd_jax.rewards.math import grade_detailed
-
         g = grade_detailed(completion, str(row["answer"]), last_number_fallback=self.last_number_fallback,
                            timeout_s=self.timeout_s)
         return {"reward": float(g["correct"]), "correct": bool(g["correct"]), "parsed": bool(g["parsed"]),
                 "answer": g["answer"]}
 
     def grade_many(self, rows: Sequence[dict], completions: Sequence[str]) -> list:
-        from prd_jax.rewards.pool import parallel_map
-
         if len(rows) != len(completions):
             raise ValueError(f"grade_many: {len(rows)} rows but {len(completions)} completions")
         return parallel_map(lambda rc: self.grade(*rc), list(zip(rows, completions)))
 
     def answer_key(self, completion: str) -> Optional[str]:
-        from prd_jax.rewards.math import normalize_answer
-
         answer = self.extract(completion)
         return None if answer is None else normalize_answer(answer)
 

@@ -18,6 +18,8 @@ import json
 import os
 from typing import Optional
 
+from prd_jax.data import paths, seqio_rows
+
 __all__ = ["read_rows", "source"]
 
 # seqio task -> {split: JSONL path under the data dir} (the stand-in's table only).
@@ -40,16 +42,12 @@ def read_rows(name: str, split: str, *, limit: Optional[int] = None, data_dir: O
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit={limit!r}; allowed: None or an int >= 0")
     if source() == "seqio":
-        from prd_jax.data import seqio_rows
-
         return seqio_rows.read(name, split, limit=limit, data_dir=data_dir)
     return _read_jsonl_rows(name, split, limit=limit, data_dir=data_dir)
 
 
 def _read_jsonl_rows(name: str, split: str, *, limit: Optional[int], data_dir: Optional[str]) -> list:
     """PRIVATE STAND-IN for `seqio_rows.read` (see the module docstring)."""
-    from prd_jax.data import paths
-
     if name not in _JSONL:
         raise ValueError(f"seqio task {name!r} has no JSONL stand-in; allowed: {sorted(_JSONL)} "
                          "(other tasks need prd_jax.data.seqio_rows)")

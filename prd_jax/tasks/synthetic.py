@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from prd_jax.data import synthetic
 from prd_jax.tasks.base import register_task
 from prd_jax.tasks.math import MathTask
 
@@ -28,8 +29,6 @@ class SyntheticTask(MathTask):
 
     def problems(self, split: Optional[str] = None, limit: Optional[int] = None,
                  data_dir: Optional[str] = None) -> list:
-        from prd_jax.data import synthetic
-
         split = split or self.default_split
         if split not in SPLIT_SEEDS:
             raise ValueError(f"split={split!r} of task {self.name!r}; allowed: {sorted(SPLIT_SEEDS)}")

@@ -17,10 +17,20 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from prd_jax.host import to_host
+from prd_jax.operators.assembly import assemble, truncate_head_tail
+from prd_jax.operators.calls import fill, strip_stop, strip_thinking, width
 from prd_jax.operators.judges import RatingParser
+from prd_jax.operators.lm import ModelLM
+from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
+from prd_jax.operators.specs import Sampling
+from prd_jax.sampling import SamplingConfig
+from prd_jax.tasks.grading import TaskGrader, TaskGrouper
+from prd_jax.train import advantages as adv_lib
+from prd_jax.train.rl_rows import sequences_to_batch, verifier_rows_per_prompt
 
 
 # V1-PairRL objective (V1 paper §5): Dr.GRPO advantages and loss aggregation (the constant
@@ -72,8 +82,6 @@ def verifier_advantages(reward: np.ndarray, valid: np.ndarray, per_prompt: int, 
     """Verifier advantages `[P * per_prompt]`: reward minus the mean over the valid rows of the
     same prompt ("group": Dr. GRPO, arXiv 2503.20783 §3, applied to the verifier rows) or over
     all valid rows ("batch"); invalid rows (padding slots) get 0."""
-    from prd_jax.train import advantages as adv_lib
-
     kind = {"group": "dr_grpo", "batch": "batch_mean"}.get(baseline)
     if kind is None:
         raise ValueError(f"verifier baseline={baseline!r}; allowed: ('group', 'batch')")
@@ -93,17 +101,6 @@ def parse_ratings(tokenizer, tokens: np.ndarray, lengths: np.ndarray, pairwise: 
     return RatingParser(tokenizer)(tokens, lengths, tags=tags)
 
 
-def pad_group(group: dict, width: int, pad_id: int) -> dict:
-    """Right-pad a row group's `[R, T]` arrays to `[R, width]` (weight 0, segment 0)."""
-    out = {}
-    for k, v in group.items():
-        if v.ndim == 2 and v.shape[1] < width:
-            fill = pad_id if k in ("inputs", "targets") else 0
-            v = np.concatenate([v, np.full((v.shape[0], width - v.shape[1]), fill, v.dtype)], axis=1)
-        out[k] = v
-    return out
-
-
 class OperatorRollouts:
     """Operator rollouts through the eval operator (`runner.run_operator` with traces), PDR §3.3.
 
@@ -112,10 +109,6 @@ class OperatorRollouts:
     `gradient_targets="drafts_and_refine"` also the first round ("draft")."""
 
     def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int, *, task="gsm8k", rows=()):
-        from prd_jax.operators.runner import make_context
-        from prd_jax.operators.specs import Sampling
-        from prd_jax.tasks.grading import TaskGrader, TaskGrouper
-
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
         # the grader (oracle selectors, PDR §4.3) and majority grouper are the task's (tasks.grading);
@@ -130,24 +123,17 @@ class OperatorRollouts:
                         for r in spec.trainable_rounds(rl.gradient_targets)]
 
     def _problems(self, chosen):
-        from prd_jax.operators.runner import encode_problems
-
         texts = [p for p, _ in chosen for _ in range(self.g)]
         answers = [a for _, a in chosen for _ in range(self.g)]
         width = self.rl.problem_tokens
         return encode_problems(self.tok, texts, answers, width, width=width)[0]
 
     def _run(self, params, problems, keys):
-        from prd_jax.operators.lm import ModelLM
-        from prd_jax.operators.runner import run_operator
-
         lm = ModelLM(params, self.cfg, self.tok.pad_id, self.mesh, self.ctx.sampling.max_rows)
         return run_operator(lm, problems, keys, self.spec, self.ctx)
 
     def widths(self, params) -> list:
         """Sequence widths `prompt + completion - 1` of the trained rounds (from shapes only)."""
-        import jax
-
         fake = [("x", "0")] * self.num_problems
         keys = jax.random.split(jax.random.key(0), self.num_problems * self.g)
         out = jax.eval_shape(self._run, params, self._problems(fake), keys)
@@ -160,10 +146,6 @@ class OperatorRollouts:
 
     def __call__(self, params, key, chosen, reward_fn, advantage):
         """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each)."""
-        import jax
-
-        from prd_jax.train.rl import sequences_to_batch
-
         problems = self._problems(chosen)
         keys = jax.random.split(key, len(chosen) * self.g)
         out = to_host(self._run(params, problems, keys))
@@ -197,12 +179,6 @@ class VerifierRollouts:
     """V1-PairRL (pairwise) or V1-PointRL (pointwise) verifier rows for one RL step (V1 §5)."""
 
     def __init__(self, rl, cfg, tokenizer, mesh, num_prompts: int, *, task="gsm8k"):
-        import jax
-
-        from prd_jax.operators.runner import make_context
-        from prd_jax.operators.specs import Sampling
-        from prd_jax.train.rl import verifier_rows_per_prompt
-
         self.rl, self.cfg, self.tok, self.mesh = rl, cfg, tokenizer, mesh
         self.pairwise = rl.verifier == "pairwise"
         self.g = rl.samples_per_prompt
@@ -216,11 +192,6 @@ class VerifierRollouts:
         self._generate = jax.jit(self._generate_fn)
 
     def _generate_fn(self, params, problem, cand_a, cand_b, keys):
-        from prd_jax.operators.assembly import assemble
-        from prd_jax.operators.calls import fill, width
-        from prd_jax.operators.lm import ModelLM
-        from prd_jax.sampling import SamplingConfig
-
         fills = {"problem": [problem], "candidate_a": [cand_a], "candidate_b": [cand_b], "candidate": [cand_a]}
         segs = fill(self.template, problem[0].shape[0], {k: fills[k] for k in self.template.slots})
         prompts, plen, _ = assemble(segs, width(segs), self.pad_id)
@@ -240,8 +211,6 @@ class VerifierRollouts:
         return (prob, plen), (a_tok, a_len), (b_tok, b_len)
 
     def width(self, params) -> int:
-        import jax
-
         c = self.rl.verifier_candidate_max_tokens
         z = lambda w: (np.zeros((self.rows, w), np.int32), np.zeros((self.rows,), np.int32))
         keys = jax.random.split(jax.random.key(0), self.rows)
@@ -250,13 +219,6 @@ class VerifierRollouts:
 
     def __call__(self, params, key, problem_ids: list, comp_tok, comp_len, correct, rng):
         """Verifier rows and metrics from the step's standard rollouts `[P*G, N]`."""
-        import jax
-
-        from prd_jax.operators.assembly import truncate_head_tail
-        from prd_jax.operators.calls import strip_stop, strip_thinking
-        from prd_jax.operators.runner import thinking_marker
-        from prd_jax.train.rl import sequences_to_batch
-
         g, c = self.g, self.rl.verifier_candidate_max_tokens
         # quoted as the operators quote a candidate (calls.quotable): final stop token and
         # thinking block dropped, head + tail kept

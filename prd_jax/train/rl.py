@@ -22,16 +22,28 @@ from __future__ import annotations
 import dataclasses
 import time
 from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax.host import to_host
-from prd_jax.model.decoder import forward
 from prd_jax import prompts as P
-from prd_jax.train import advantages as adv_lib
-from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale, aux_sft_term,
-                                  check_choice, k3_kl, policy_loss, token_entropy, token_logprobs)
+from prd_jax.host import to_host
+from prd_jax.model.decoder import forward, init_params, param_shapes
+from prd_jax.model.weights import param_shardings
+from prd_jax.operators.lm import ModelLM
+from prd_jax.operators.registry import build_spec, operator_for
+from prd_jax.operators.specs import OperatorSpec
+from prd_jax.rewards.math import grade
+from prd_jax.sampling import SamplingConfig
+from prd_jax.tasks import task_for_config
+from prd_jax.tasks.math import MathTask
+from prd_jax.train import advantages as adv_lib, operator_rl
+from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale,
+                                  aux_sft_term, check_choice, k3_kl, policy_loss, token_entropy,
+                                  token_logprobs)
+from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
+from prd_jax.train.setup import build_model, rl_problems
 
 GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
@@ -143,9 +155,6 @@ class RLConfig:
             raise ValueError(f"config.rl.verifier_pointwise_per_prompt={self.verifier_pointwise_per_prompt}; allowed: "
                              f"0 (every rollout) .. samples_per_prompt={self.samples_per_prompt}")
         if self.operator_fraction > 0:
-            from prd_jax.operators.registry import build_spec, operator_for
-            from prd_jax.operators.specs import OperatorSpec
-
             if self.operator is None:
                 raise ValueError("config.rl.operator_fraction > 0 needs config.rl.operator (a dict of the "
                                  "operator's fields, with `type` a registered operator name; default 'pdr')")
@@ -172,13 +181,6 @@ class RLConfig:
         if unknown:
             raise ValueError(f"config.rl: unknown fields {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}")
         return cls(**rl)
-
-
-def verifier_rows_per_prompt(rl: RLConfig) -> int:
-    """V1 verifier rows per standard prompt: its pairs (pairwise) or its pointwise verifications."""
-    if rl.verifier == "pairwise":
-        return rl.verifier_pairs_per_prompt
-    return (rl.verifier_pointwise_per_prompt or rl.samples_per_prompt) if rl.verifier == "pointwise" else 0
 
 
 def verifier_budget(rl: RLConfig) -> dict:
@@ -208,10 +210,6 @@ def initial_params(config, cfg, mesh):
     """The params a run started from, rebuilt from `config.model` as `trainer.fit` got them
     (`setup.build_model`; random init: the key `state.create_state` draws). Ours: a resumed
     run needs them for the frozen KL reference and frozen-base verifier candidates."""
-    from prd_jax.model.decoder import init_params
-    from prd_jax.model.weights import param_shardings
-    from prd_jax.train.setup import build_model
-
     _, params, _ = build_model(config, mesh)
     if params is None:
         init_key = jax.random.split(jax.random.key(config.seed))[0]
@@ -244,30 +242,7 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
     return loss
 
 
-def sequences_to_batch(prompt_tok, prompt_len, comp_tok, comp_len, comp_logp) -> dict:
-    """Left-padded prompts `[R, Pw]` + completions `[R, N]` -> next-token training arrays `[R, Pw+N-1]`.
-
-    Weights are 1 exactly on targets that are completion tokens; `old_logp` holds the
-    sampler's logprob of each such target (0 elsewhere).
-    """
-    r, pw = prompt_tok.shape
-    n = comp_tok.shape[1]
-    seq = np.concatenate([prompt_tok, comp_tok], axis=1)
-    col = np.arange(pw + n)[None, :]
-    start = pw - prompt_len[:, None]
-    valid = (col >= start) & (col < pw + comp_len[:, None])
-    positions = np.maximum(col - start, 0)
-    is_comp = (col >= pw) & valid
-    old = np.zeros((r, pw + n), np.float32)
-    old[:, pw:] = comp_logp * (np.arange(n)[None, :] < comp_len[:, None])
-    return {"inputs": seq[:, :-1].astype(np.int32), "targets": seq[:, 1:].astype(np.int32),
-            "positions": positions[:, :-1].astype(np.int32), "segment_ids": valid[:, :-1].astype(np.int32),
-            "weights": is_comp[:, 1:].astype(np.float32), "old_logp": old[:, 1:]}
-
-
 def _math_reward(text: str, answer: str) -> float:
-    from prd_jax.rewards.math import grade
-
     return float(grade(text, answer))
 
 
@@ -284,8 +259,6 @@ class TaskReward:
     `task.gold_key(row)` (math: the answer; code: the task id of a row given here)."""
 
     def __init__(self, task, rows=()):
-        from prd_jax.tasks.math import MathTask
-
         self.task = task
         self.is_math = isinstance(task, MathTask)
         self.rows = {task.gold_key(r): r for r in rows}
@@ -309,8 +282,6 @@ class TaskReward:
 
 def run_task(config, rl: "RLConfig"):
     """The task an RL config trains on (`tasks.task_for_config`), its code reward mode applied."""
-    from prd_jax.tasks import task_for_config
-
     task = task_for_config(config)
     if "reward_mode" in task.__dataclass_fields__:
         task = task.options(reward_mode=rl.code_reward)
@@ -328,10 +299,6 @@ class RLStage:
     """
 
     def __init__(self, config, cfg, tokenizer, mesh, *, load_data: bool = True):
-        from prd_jax.model.decoder import param_shapes
-        from prd_jax.train import operator_rl
-        from prd_jax.train.setup import rl_problems
-
         self.config, self.cfg, self.tok, self.mesh = config, cfg, tokenizer, mesh
         self.rl = rl = RLConfig.from_config(config)
         self.solve_template = P.template_set(rl.templates)["solve"]
@@ -442,8 +409,6 @@ class RLStage:
 
     # -- rollouts
     def _rollout_fn(self, params, prompts, lengths, keys, scfg):
-        from prd_jax.operators.lm import ModelLM
-
         return ModelLM(params, self.cfg, self.tok.pad_id, self.mesh).generate(prompts, lengths, keys, scfg,
                                                                              name="rl.rollout")
 
@@ -461,8 +426,6 @@ class RLStage:
         return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
 
     def _standard(self, params, key, chosen):
-        from prd_jax.sampling import SamplingConfig
-
         rl, g = self.rl, self.rl.samples_per_prompt
         pw = rl.max_prompt_tokens
         prompts = np.full((len(chosen), pw), self.tok.pad_id, np.int32)
@@ -490,8 +453,6 @@ class RLStage:
         return batch, metrics, (out.tokens, out.lengths - out.stopped.astype(np.int32), correct)
 
     def next_batch(self, state, step: int, rows=None):
-        from prd_jax.train.operator_rl import pad_group
-
         rl = self.rl
         if rl.kl_coef and self.ref_params is None:
             self.ref_params = self._initial(state, step)  # frozen reference: the starting policy
