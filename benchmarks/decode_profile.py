@@ -205,7 +205,8 @@ def main():
     total_us = sum(v[0] for v in cats.values())
     peak = matmul_peak_flops()
     print(f"decode step, batch {args.batch}, SmolLM2-135M fp32, {args.reference} layers; "
-          f"wall {step_ms:.1f} ms/step ({args.batch / step_ms * 1e3:.0f} tok/s), traced ops {total_us / 1e3:.1f} ms/step")
+          f"wall {step_ms:.1f} ms/step ({args.batch / step_ms * 1e3:.0f} tok/s), traced ops {total_us / 1e3:.1f} ms/step; "
+          f"prefill ({plen}-slot bucket) + first step {wall[1] * 1e3:.0f} ms")
     print(f"{'category':<28}{'ms/step':>10}{'share':>8}{'GFLOP/s':>10}")
     for cat in ("weight matmul", "attention", "head + log-softmax", "sampling", "copy / slice / transpose", "other"):
         us, flops = cats.get(cat, (0.0, 0.0))

@@ -120,6 +120,8 @@ def configure_logging(verbose: bool) -> None:
         if handler is _HANDLER or (type(handler) is logging.StreamHandler and fmt == logging.BASIC_FORMAT):
             handler.setFormatter(ours)
     library_level = logging.INFO if verbose else logging.WARNING
+    if not verbose:  # TensorFlow's C++ start-up lines (oneDNN, CUDA probes) when the data layer loads it
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     root.setLevel(library_level)
     for name in _LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(library_level)

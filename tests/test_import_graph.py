@@ -24,6 +24,7 @@ LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transf
 # Functions whose source runs in a fresh interpreter (sandboxed children, worker sources):
 # their imports must be inside them.
 CHILD_FUNCTIONS = {("prd_jax.rewards.code", "_runner_main"), ("prd_jax.rewards.code", "_child_preexec"),
+                   ("prd_jax.rewards.code", "_enc"), ("prd_jax.rewards.code", "_dec"),
                    ("prd_jax.rewards.code", "_judge_entry"), ("prd_jax.rewards.code", "_ns_setup")}
 
 

@@ -72,7 +72,6 @@ import dataclasses
 import inspect
 import json
 import math
-import numbers
 import os
 import random
 import resource
@@ -131,6 +130,7 @@ class CodeResult:
 
 def _enc(x, depth=0):
     """Encode a value as tagged JSON of plain types; raise TypeError otherwise."""
+    import numbers  # this function's source also runs in the sandboxed runner (_runner_source)
     if depth > 100:
         raise ValueError("value nested too deeply")
     d = depth + 1

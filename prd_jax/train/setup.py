@@ -54,6 +54,8 @@ from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.loader import load, smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax.model.weights import param_shardings
+from prd_jax.tasks import get_task
+from prd_jax.tasks.synthetic import SyntheticTask
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +200,30 @@ def import_task_modules(data) -> list:
     return names
 
 
+def with_task_family(config):
+    """`config` with `data.family` set from `config.task` when the task is a synthetic family
+    (`tasks.synthetic`): the task selects what SFT traces and RL problems are drawn from. A
+    synthetic data source with a non-synthetic task raises, naming both fields."""
+    name = config.get("task")
+    if not name or config.data.get("mixture") or config.data.get("source") != "synthetic":
+        return config
+    task = get_task(name)
+    if not isinstance(task, SyntheticTask):
+        raise ValueError(f"config.task={name!r} is not a synthetic family but config.data.source='synthetic'; "
+                         f"set config.data.source (or data.mixture) to {name!r}'s data")
+    if config.data.get("family", task.family) == task.family:
+        return config
+    out = config.copy_and_resolve_references()
+    with out.unlocked():
+        out.data.family = task.family
+    return out
+
+
 def sft_task(config) -> tuple[str, str, Optional[str]]:
     """(seqio task or mixture name, train split, held-out split or None) for SFT: registers
-    the synthetic or jsonl task, or imports `data.module` for `data.mixture` (module docstring)."""
+    the synthetic or jsonl task, or imports `data.module` for `data.mixture` (module docstring).
+    A synthetic `config.task` selects the family (`with_task_family`)."""
+    config = with_task_family(config)
     data = config.data
     mixture = data.get("mixture") or ""
     if mixture:
@@ -242,7 +265,9 @@ def sft_examples(config, tokenizer) -> tuple[list, list]:
 def rl_problems(config) -> list:
     """Problems {id, problem, answer, ...} for RL rollouts from `config.data`, read through seqio:
     `data.mixture` (split `data.split`, default "train"), the synthetic task, or a benchmark
-    (`data.source` in `paths.DATASETS`; at most `data.num_train` rows when that is > 0)."""
+    (`data.source` in `paths.DATASETS`; at most `data.num_train` rows when that is > 0). A
+    synthetic `config.task` selects the family (`with_task_family`)."""
+    config = with_task_family(config)
     data = config.data
     limit = data.get("num_train") or None
     if data.get("mixture"):
