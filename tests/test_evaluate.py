@@ -102,7 +102,7 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
             assert r["b_seq"] < r["b_total"]
     assert os.path.getsize(os.path.join(workdir, "pareto.png")) > 10_000
     with open(os.path.join(workdir, "summary.md")) as f:
-        assert "pdr(2-1,shared_topk,k=2,random-k,budget=16)" in f.read()
+        assert "pdr(2-1,shared_topk,k=2,random-k,kappa=16,candidate_max_tokens=12,truncation_head=4,budget=16)" in f.read()
     # Rerun: every row is already there, nothing is recomputed or appended.
     again = evaluate(config, workdir, model=smollm2, progress=False)
     with open(os.path.join(workdir, "results.jsonl")) as f:

@@ -366,7 +366,7 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
     """
     dt = _DTYPES[cfg.dtype]
     fuse = can_fuse(mesh) if fuse is None else fuse
-    d, n, k, h, f = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate
+    d, n, k, h = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     stack = params["layers"]
     attn, mlp = stack["attn"], stack["mlp"]
     layers = []
