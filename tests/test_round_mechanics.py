@@ -200,8 +200,10 @@ def test_oracle_selector_runs_in_operator_rl_rollouts(monkeypatch):
     from prd_jax.train.operator_rl import OperatorRollouts
     from prd_jax.train.rl import RLConfig
 
+    from prd_jax.tasks import math as math_task
+
     monkeypatch.setattr(math_rewards, "grade", lambda text, gold, **kw: len(text) % 3 != 0)
-    monkeypatch.setattr(math_rewards, "grade_detailed",  # the task's grader (tasks.math) grades through it
+    monkeypatch.setattr(math_task, "grade_detailed",  # the task's grader (tasks.math) grades through it
                         lambda text, gold, **kw: {"correct": len(text) % 3 != 0, "parsed": True, "answer": None})
     vocab = CharVocab()
     rl = RLConfig(prompts_per_step=1, samples_per_prompt=2, max_prompt_tokens=32, max_new_tokens=8,
