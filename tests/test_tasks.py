@@ -260,3 +260,41 @@ def test_readme_example_task_registers_and_grades():
         assert TaskGrouper(task, TOK)(ct[None], cl[None]).tolist() == [[0, 0, 2]]
     finally:
         TASKS.pop("reverse_word", None)
+
+
+def test_humaneval_eval_config_writes_task_rows(tmp_path):
+    """`configs/eval/humaneval_v1.py` through `evaluate` (a tiny random model with a character
+    vocabulary stands in for SmolLM2): rows carry task, integer passed / total (the problem's
+    assert count) and a sandbox status; the summary has pass@1 (mean@k at k = 1)."""
+    import json
+    import os
+    import types
+
+    import jax
+
+    from prd_jax.config_io import apply_overrides, load_config
+    from prd_jax.data.synthetic import CharVocab
+    from prd_jax.evaluate import evaluate
+    from prd_jax.model import get_model_config, init_params
+
+    config = apply_overrides(load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "eval",
+                                                      "humaneval_v1.py")),
+                             ["--config.num_problems=2", "--config.max_problem_tokens=1024"])
+    with config.unlocked():
+        config.operators = [o for o in config.operators if o["type"] == "long_cot" or o.get("selector") == "majority"]
+        for o in config.operators:
+            o.update(max_new_tokens=8, **({"candidate_max_tokens": 8, "truncation_head": 2} if "n" in o else {}))
+    cfg = get_model_config("tiny", max_position=2048)
+    model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)), tokenizer=CharVocab(),
+                                  mesh=None)
+    table = evaluate(config, str(tmp_path / "he"), model=model, progress=False)
+    assert {t["operator"].split("(")[0] for t in table} == {"long_cot", "best_of_n"}
+    rows = [json.loads(x) for x in open(tmp_path / "he" / "results.jsonl")]
+    assert len(rows) == 2 * 2 and {r["problem_id"] for r in rows} == {"HumanEval/0", "HumanEval/1"}
+    by_id = {r["task_id"]: r for r in get_task("humaneval").problems(limit=2)}
+    for r in rows:
+        assert r["task"] == "humaneval" and r["status"] in C.STATUSES
+        assert isinstance(r["passed"], int) and isinstance(r["total"], int) and 0 <= r["passed"] <= r["total"]
+        assert r["total"] == C.count_tests(by_id[r["problem_id"]]["test"], entry_point=by_id[r["problem_id"]]["entry_point"])
+        assert r["correct"] == (r["passed"] == r["total"] > 0)
+    assert all(t["k"] == 1 and 0.0 <= t["mean_at_k"] <= t["pass_at_k"] <= 1.0 for t in table)
