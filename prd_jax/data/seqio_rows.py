@@ -77,17 +77,18 @@ def _register_builtin(name: str, data_dir: Optional[str]) -> None:
 
 
 def _ensure_builtin(name: str, data_dir: Optional[str]) -> Any:
-    """The registered built-in task `name`, registering it when absent or when an explicit
-    `data_dir` differs from the one its source reads. Another registration of the same name
-    (e.g. `data.tasks.register_tasks`, which adds tokenizing preprocessors over the same
-    source) is kept when `data_dir` is None or matches."""
+    """The registered built-in task `name`, registering it when absent or when the data dir
+    it would read (`data_dir`, else `paths` rules: $PRD_DATA_DIR, then the default) differs
+    from the one its source reads. Another registration of the same name (e.g.
+    `data.tasks.register_tasks`, which adds tokenizing preprocessors over the same source) is
+    kept when the data dirs match."""
     import seqio
 
     want = _resolved(data_dir)
     if name in seqio.TaskRegistry.names():
         task = seqio.get_mixture_or_task(name)
         has = getattr(task.source, "_manual_data_dir", None)
-        if want is None or _resolved(has) == want:
+        if paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]:
             return task
     _register_builtin(name, want)
     return seqio.get_mixture_or_task(name)
