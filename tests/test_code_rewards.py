@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -9,6 +10,7 @@ import secrets
 import socket
 import time
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -325,3 +327,34 @@ def test_isolation_reported():
     assert MODES[-1] == "rlimits"
     if NS_MODES and not os.environ.get("PRD_CODE_SANDBOX"):
         assert C.isolation() == NS_MODES[0]
+
+
+def test_parse_source_is_safe_across_threads():
+    """CPython 3.11's AST converter keeps one recursion counter per process; a GC pass that switches threads
+    in the middle of `ast.parse` made `evaluate_many` fail with "AST constructor recursion depth mismatch"
+    (seen in CI). Provoke GC-driven switches while 8 threads parse: `parse_source` must never fail."""
+    src = "def check(c):\n" + "".join(f"    assert c([{i}, [1, [2, [3]]]]) == ({i} + 5 * (3 - (2 + 1)), 0)\n"
+                                      for i in range(40))
+
+    class _Yield:
+        def __init__(self):
+            self.me = self  # a cycle: only the collector frees it, and its __del__ gives up the GIL
+
+        def __del__(self):
+            time.sleep(0)
+
+    failures, old = [], gc.get_threshold()
+    gc.set_threshold(5)
+    try:
+        def work(_):
+            for _ in range(25):
+                _Yield()
+                try:
+                    C.parse_source(src)
+                except SystemError as e:
+                    failures.append(str(e))
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(work, range(32)))
+    finally:
+        gc.set_threshold(*old)
+    assert failures == []

@@ -378,11 +378,22 @@ def _has_real_assert(node: ast.AST) -> bool:
     return False
 
 
+_AST_LOCK = threading.Lock()
+
+
+def parse_source(source: str) -> ast.Module:
+    """``ast.parse`` under a process-wide lock: CPython 3.11's AST converter keeps a shared recursion
+    counter, and two threads parsing at once (``evaluate_many``'s pool) can fail with
+    ``SystemError: AST constructor recursion depth mismatch``."""
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
 def _plan_assert(tests, entry_point):
     """-> (prelude stmts, [(stmts, counted)], check param name or None)."""
     if isinstance(tests, str):
         try:
-            mod = ast.parse(tests)
+            mod = parse_source(tests)
         except SyntaxError as e:
             raise ValueError(f"test source does not parse: {e}") from None
         check = next((s for s in mod.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
@@ -397,7 +408,7 @@ def _plan_assert(tests, entry_point):
         steps = []
         for t in tests:
             try:
-                steps.append((ast.parse(t).body, True))
+                steps.append((parse_source(t).body, True))
             except SyntaxError as e:
                 raise ValueError(f"test does not parse: {t!r}: {e}") from None
         return [], steps, None
@@ -1099,8 +1110,6 @@ def evaluate_many(items: Iterable[Mapping[str, Any] | Sequence[Any]], *, workers
         calls.append(kw)
     if not calls:
         return []
-    # imported here: this file also runs as the judge script (`python -I code.py --judge`), outside the package
-
     isolation()  # detect once, outside the pool
     return parallel_map(lambda kw: evaluate(**kw), calls, workers)
 

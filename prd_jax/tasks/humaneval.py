@@ -23,7 +23,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
-from prd_jax.rewards.code import count_tests, evaluate_many
+from prd_jax.rewards.code import count_tests, evaluate_many, parse_source
 from prd_jax.tasks.base import Task, register_task
 
 __all__ = ["CodeTask", "HUMANEVAL", "REWARD_MODES", "extract_program", "normalize_program"]
@@ -48,7 +48,7 @@ def extract_program(completion: str, entry_point: Optional[str] = None) -> Optio
     if "```" in completion or entry_point is None:
         return None
     try:
-        tree = ast.parse(completion)
+        tree = parse_source(completion)
     except (SyntaxError, ValueError):
         return None
     return completion if _defines(tree, entry_point) else None
@@ -68,7 +68,7 @@ def normalize_program(source: str) -> str:
     """Canonical text of a program: `ast.unparse` without docstrings (whitespace-collapsed
     source when it does not parse)."""
     try:
-        return ast.unparse(_strip_docstrings(ast.parse(source)))
+        return ast.unparse(_strip_docstrings(parse_source(source)))
     except (SyntaxError, ValueError, RecursionError):
         return " ".join(source.split())
 
@@ -149,7 +149,7 @@ class CodeTask(Task):
 def _full(code: str, row: dict) -> bool:
     """Whether `code` defines the entry point itself (else it is a body continuing the prompt)."""
     try:
-        return _defines(ast.parse(code), row["entry_point"])
+        return _defines(parse_source(code), row["entry_point"])
     except (SyntaxError, ValueError, RecursionError):
         return "def " + row["entry_point"] in code
 
