@@ -1,20 +1,28 @@
-"""The main demo job (`make demo`): a tiny decoder trained from scratch on CPU, end to end.
+"""The main demo job (`make demo`): a tiny decoder trained from scratch on CPU, end to end, on a
+task where checking a guess is easier than finding one (issue 15; README "What you should see").
 
-1. SFT from scratch on the synthetic modular-arithmetic task (single-pass, PDR, SR and
-   pairwise-judge traces on the compact prompt set, configs/sft/tiny.py);
+1. SFT from scratch on the synthetic `preimage` search task (`data.preimage`): guess-and-check
+   traces, PDR refine traces over quoted drafts (some of which ignore the workspace) and
+   pairwise judge traces, on the compact prompt set (configs/sft/tiny.py + `demo.PRESETS`);
 2. from the SFT checkpoint, baseline RL (configs/rl/tiny.py) and, separately, PDR-RL
-   (configs/rl/tiny_pdr.py) with the same number of steps and prompts per step;
-3. each checkpoint evaluated with Long-CoT, SR, PDR and V1 best-of-N on problems whose text
-   no training stage saw (`synthetic.held_out`), with the same sampling keys per problem;
-4. `results.md` (a paired claims table, then per-checkpoint tables with B_seq and B_total),
-   `results.json` and `pareto.png` in the workdir.
+   (configs/rl/tiny_pdr.py) with the same steps, prompts per step and learning rate;
+3. each checkpoint evaluated with Long-CoT at several budgets, PDR and V1 best-of-N on problems
+   whose text no training stage saw (`synthetic.held_out`), with the same sampling keys;
+4. `results.md` / `results.json` (claims with stable ids, PDR and best-of-N against Long-CoT at
+   matched B_seq) and `pareto.png` (accuracy against mean B_seq and B_total) in the workdir.
+
+`--config.task=modchain` runs the control: the modular-chain task, where checking a line is
+the same lookup as computing it, through the same pipeline (its own `demo.PRESETS` entry).
+`--config.seed` moves every seed: SFT data and init, RL, held-out draw and sampling keys.
+`--config.validation=True` evaluates on a second held-out draw (choose settings there, not
+on the reported problems).
 
 Command to run:
     prd-jax demo                      # workdir ./demo_workdir; rerun resumes
     prd-jax demo --workdir /tmp/demo --config.quick=True   # smoke version (tests/test_demo.py)
+    prd-jax demo --workdir /tmp/control --config.task=modchain
 
-Expected: 13m04s wall on 2 idle CPU cores (2026-11-30): SFT 5m40s, baseline RL 1m02s, PDR-RL
-2m29s, evaluation of the three checkpoints 3m40s (README, "What you should see").
+Expected wall time on 2 idle CPU cores: README, "What you should see".
 """
 
 import ml_collections
@@ -23,16 +31,21 @@ import ml_collections
 def get_config(arg=None):
     c = ml_collections.ConfigDict()
     c.quick = False
+    c.task = "preimage"  # or "modchain": the control (demo.PRESETS holds each task's settings)
     c.seed = 0
-    c.difficulty = (1, 2)
-    c.sft_steps = 600
+    c.validation = False  # True: evaluate on a second held-out draw, for choosing settings
+    # None: the task's preset (demo.PRESETS); set any of these to override it
+    c.difficulty = None
+    c.sft_steps = None
+    c.budget = None  # per-call generation budget of PDR and best-of-N calls
+    c.long_cot_budgets = None  # Long-CoT budgets: >= 3, bracketing PDR's mean B_seq
     c.rl_steps = 32
     c.rl_learning_rate = 1e-4
     c.eval_problems = 256
-    c.eval_batch = 16
-    c.eval_temperature = 1.0  # PDR's drafts need diversity; every operator samples at this temperature
-    c.budget = 64  # per-call generation budget of SR / PDR / best-of-N calls; Long-CoT gets 2x
+    c.eval_batch = 32
+    c.eval_temperature = 1.0  # drafts need diversity; every operator samples at this temperature
+    c.num_train = 4000  # distinct SFT problems (each with its traces) and RL prompts
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
-    c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16)
-    c.num_train = 4000  # distinct SFT problems (each with its traces, configs/sft/tiny.py) and RL prompts
+    c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16,
+                             long_cot_budgets=(8, 16, 32))
     return c

@@ -20,7 +20,7 @@ from prd_jax import fileio
 from prd_jax.checkpoint import latest_params
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.data import synthetic
-from prd_jax.evaluate import evaluate, markdown_table, pareto_plot, row_budgets
+from prd_jax.evaluate import build_spec, evaluate, markdown_table, pareto_plot, row_budgets
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.train.run import train
 from prd_jax.train.setup import synthetic_rows
@@ -33,27 +33,67 @@ QUICK_MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.i
                "--config.batch_size=8", "--config.data.num_eval=8"]
 CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
+# Per-task settings (a demo config field left None takes these). preimage: drafts of `budget`
+# tokens (about two tries), a refine over all four drafts quoted by their last `tail` tokens
+# (a draft's last line: its "ok" answer, or the try it was cut in), Long-CoT from under one try to past the whole
+# search; modchain (the control): the settings the demo used before issue 15.
+PRESETS = {
+    "preimage": dict(difficulty=(2, 3), sft_steps=300, budget=96, long_cot_budgets=(64, 96, 128, 192, 256, 384),
+                     rl_budget=128, k=4, tail=48,
+                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5", "--config.data.pdr_k=4",
+                          "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
+    "modchain": dict(difficulty=(1, 2), sft_steps=600, budget=64, long_cot_budgets=(32, 64, 128), rl_budget=64,
+                     k=2, tail=None, sft=[]),
+}
+
 
 def _config(name: str, overrides: list):
     return apply_overrides(load_config(os.path.join(CONFIGS, name)), overrides)
 
 
+def resolve(demo) -> ml_collections.ConfigDict:
+    """`demo` with quick overrides applied and every None field filled from `PRESETS[demo.task]`;
+    raises naming `task` and the allowed tasks."""
+    if demo.task not in PRESETS:
+        raise ValueError(f"config.task={demo.task!r}; the demo runs {sorted(PRESETS)}")
+    out = demo.to_dict()
+    if demo.quick:
+        out.update(demo.quick_overrides.to_dict())
+    for key, value in PRESETS[demo.task].items():
+        if out.get(key) is None:
+            out[key] = value
+    out["difficulty"], out["long_cot_budgets"] = tuple(out["difficulty"]), tuple(out["long_cot_budgets"])
+    if len(out["long_cot_budgets"]) < 3:
+        raise ValueError(f"config.long_cot_budgets={out['long_cot_budgets']}; give at least 3 budgets")
+    return ml_collections.ConfigDict(out)
+
+
+def _pdr_fields(demo) -> dict:
+    """The PDR round of eval and PDR-RL: M = 4 drafts, shared top-k workspace, one refine."""
+    b, tail = demo.budget, demo.tail
+    quoted = dict(candidate_max_tokens=tail, truncation_head=0) if tail else dict(candidate_max_tokens=b,
+                                                                                 truncation_head=b // 4)
+    return dict(schedule=(4, 1), distill="shared_topk", k=demo.k, selector="random", kappa=b, max_new_tokens=b,
+                **quoted)
+
+
 def stage_configs(demo, workdir: str) -> dict:
-    """The three training configs the demo runs (resolved, with its overrides)."""
+    """The three training configs the demo runs (resolved, with its overrides); `demo` resolved."""
     quick = QUICK_MODEL if demo.quick else []
-    common = [f"--config.seed={demo.seed}", f"--config.data.difficulty={tuple(demo.difficulty)}",
-              f"--config.data.num_train={demo.num_train}"] + quick
-    sft = _config("sft/tiny.py", common + [f"--config.steps={demo.sft_steps}",
-                                           f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
-                                           f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}",
-                                           f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
-    rl = [f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
+    common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
+              f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
+    sft = _config("sft/tiny.py", common + list(demo.sft) + quick + [
+        f"--config.steps={demo.sft_steps}", f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
+        f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}", f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
+    rl = ["--config.rl.max_prompt_tokens=384", f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
           f"--config.optim.learning_rate={demo.rl_learning_rate}",
-          f"--config.model.init_workdir={os.path.join(workdir, 'sft')}"]
-    rl += ["--config.rl.max_new_tokens=32", "--config.rl.samples_per_prompt=4"] if demo.quick else []
-    rl_common = [x for x in common if "num_eval" not in x and "seq_len" not in x and "batch_size" not in x]
+          f"--config.model.init_workdir={os.path.join(workdir, 'sft')}",
+          f"--config.rl.max_new_tokens={demo.rl_budget if not demo.quick else 32}"]
+    rl += ["--config.rl.samples_per_prompt=4"] if demo.quick else []
+    rl_common = [x for x in common + quick if "num_eval" not in x and "seq_len" not in x and "batch_size" not in x]
+    pdr = [f"--config.rl.operator.{k}={v}" for k, v in _pdr_fields(demo).items()]
     return {"sft": sft, "rl_baseline": _config("rl/tiny.py", rl_common + rl),
-            "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl)}
+            "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl + pdr)}
 
 
 def training_texts(configs: dict) -> set:
@@ -65,19 +105,25 @@ def training_texts(configs: dict) -> set:
     return {p["problem"] for (seed, n, *_), data in draws.items() for p in synthetic_rows(data, seed, n)}
 
 
+def eval_operators(demo) -> dict:
+    """{name: operator entry}: Long-CoT at each budget ("long_cot@B"), the PDR round and V1
+    best-of-4 with the pairwise tournament (zero reasoning tokens per judgement)."""
+    pdr = _pdr_fields(demo)
+    quoted = {k: pdr[k] for k in ("max_new_tokens", "candidate_max_tokens", "truncation_head")}
+    ops = {f"long_cot@{b}": dict(type="long_cot", max_new_tokens=b) for b in demo.long_cot_budgets}
+    ops["pdr"] = dict(type="pdr", **pdr)
+    ops["best_of_n"] = dict(type="best_of_n", n=4, selector="pairwise_v1", judge=dict(max_new_tokens=0), **quoted)
+    return ops
+
+
 def eval_config(demo, templates: str = "compact"):
-    b = demo.budget
-    common = dict(max_new_tokens=b, candidate_max_tokens=b, truncation_head=b // 4)
     c = ml_collections.ConfigDict()
-    c.dataset, c.model, c.seed = "synthetic", "tiny", demo.seed
+    c.dataset, c.task, c.model, c.seed = "synthetic", demo.task, "tiny", demo.seed
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
     c.temperature, c.top_p, c.top_k = demo.eval_temperature, 1.0, 0
     c.max_problem_tokens = 96
     c.templates = templates  # the prompt set the models were trained on
-    c.operators = [dict(type="long_cot", max_new_tokens=2 * b),
-                   dict(type="sr", rounds=1, **common),
-                   dict(type="pdr", schedule=(4, 1), distill="shared_topk", k=2, selector="random", kappa=b, **common),
-                   dict(type="best_of_n", n=4, selector="pairwise_v1", judge=dict(max_new_tokens=0), **common)]
+    c.operators = list(eval_operators(demo).values())
     return c
 
 
@@ -88,17 +134,27 @@ def _model(workdir: str, config, tokenizer):
     return types.SimpleNamespace(cfg=cfg, params=jax.device_put(params), tokenizer=tokenizer, mesh=None), step
 
 
+def held_out_problems(demo, configs: dict) -> list:
+    """The evaluation draw: problems no training stage saw; `demo.validation` takes a second,
+    disjoint draw (settings are chosen there)."""
+    training = training_texts(configs)
+    seed = demo.seed + 1_000_003
+    if demo.validation:
+        training |= {p["problem"] for p in synthetic.held_out(demo.eval_problems, seed, tuple(demo.difficulty),
+                                                              training, family=demo.task)}
+        seed += 1
+    return synthetic.held_out(demo.eval_problems, seed, tuple(demo.difficulty), training, family=demo.task)
+
+
 def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     """Run (or resume) the whole demo in `workdir`; returns {checkpoint: eval table}."""
     fileio.makedirs(workdir)
-    if demo.quick:
-        demo = ml_collections.ConfigDict(dict(demo.to_dict(), **demo.quick_overrides.to_dict()))
+    demo = resolve(demo)
     configs = stage_configs(demo, workdir)
     for name in CHECKPOINTS:
         log.info("demo: training %s", name)
         train(configs[name], os.path.join(workdir, name), progress=progress)
-    problems = synthetic.held_out(demo.eval_problems, demo.seed + 1_000_003, tuple(demo.difficulty),
-                                  training_texts(configs))
+    problems = held_out_problems(demo, configs)
     tables, steps = {}, {}
     vocab = synthetic.CharVocab()  # one tokenizer object: each eval operator compiles once for all checkpoints
     for name in CHECKPOINTS:
@@ -106,67 +162,104 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
         tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name),
                                 model=model, rows=problems, progress=progress)
     counts = {d: sum(p["difficulty"] == d for p in problems) for d in sorted({p["difficulty"] for p in problems})}
-    claims = [paired_claim(workdir, *c) for c in CLAIMS]
-    write_results(workdir, demo, tables, steps, markdown_table, counts, claims)
+    claims = demo_claims(workdir, demo)
+    write_results(workdir, demo, tables, steps, counts, claims)
     return tables
 
 
-# The issue's three claims (plus PDR vs Long-CoT after RL), as (text, (run, operator) A, B): "A beats B".
-CLAIMS = (("RL beats SFT (Long-CoT)", ("rl_baseline", "long_cot"), ("sft", "long_cot")),
-          ("PDR beats Long-CoT (SFT checkpoint)", ("sft", "pdr"), ("sft", "long_cot")),
-          ("PDR beats Long-CoT (RL checkpoint)", ("rl_baseline", "pdr"), ("rl_baseline", "long_cot")),
-          ("PDR-RL beats RL under PDR inference", ("rl_pdr", "pdr"), ("rl_baseline", "pdr")))
+def _labels(demo) -> dict:
+    """{operator name: the label its results rows carry} (`eval_operators`)."""
+    return {name: build_spec(dict(entry)).label for name, entry in eval_operators(demo).items()}
 
 
-def _correct_by_problem(workdir: str, run: str, operator: str) -> tuple[dict, float]:
+def _correct_by_problem(workdir: str, run: str, label: str) -> tuple[dict, float]:
     """{problem_id: correct} of sample 0 and the mean B_seq (generated tokens on the accepted
-    path, PDR §3.1), from one run's eval results."""
+    path, PDR §3.1) of one operator (its exact label) in one run's eval results."""
     rows = fileio.read_jsonl(os.path.join(workdir, "eval", run, "results.jsonl"))
-    rows = [r for r in rows if r["operator"].split("(")[0] == operator and r["sample"] == 0 and "correct" in r]
+    rows = [r for r in rows if r["operator"] == label and r["sample"] == 0 and "correct" in r]
     b_seq = sum(row_budgets(r)["b_seq"] for r in rows) / max(len(rows), 1)
     return {r["problem_id"]: bool(r["correct"]) for r in rows}, b_seq
 
 
-def paired_claim(workdir: str, text: str, a: tuple, b: tuple) -> dict:
-    """Paired comparison of A and B on the same problems: the mean difference in accuracy,
-    its standard error (sample std of per-problem differences / sqrt(n)), the discordant
-    counts (A right and B wrong, and the reverse) and a verdict: "holds" if the 95% interval
-    (diff +- 1.96 SE) lies above 0, "reversed" if below, else "not shown"."""
-    (ca, bseq_a), (cb, bseq_b) = _correct_by_problem(workdir, *a), _correct_by_problem(workdir, *b)
+def matched_long_cot(workdir: str, run: str, demo, b_seq: float) -> str:
+    """The Long-CoT budget of `run` whose mean B_seq is closest to `b_seq` without exceeding it
+    (PDR §4: comparisons at matched sequential budget); the smallest budget when all exceed it."""
+    labels = _labels(demo)
+    means = {b: _correct_by_problem(workdir, run, labels[f"long_cot@{b}"])[1] for b in demo.long_cot_budgets}
+    under = [b for b in demo.long_cot_budgets if means[b] <= b_seq]
+    return f"long_cot@{max(under, key=lambda b: means[b]) if under else min(demo.long_cot_budgets)}"
+
+
+def paired_claim(workdir: str, claim_id: str, checkpoint: str, a: tuple, b: tuple, labels: dict,
+                 text: str = "") -> dict:
+    """Paired comparison of A = (run, operator) and B on the same problems: the mean difference
+    in accuracy, its 95% half-width (1.96 x sample std of per-problem differences / sqrt(n)),
+    the discordant counts (only A right, only B right) and a verdict: "holds" if the interval
+    lies above 0, "reversed" if below, else "not shown"."""
+    (ca, bseq_a), (cb, bseq_b) = (_correct_by_problem(workdir, run, labels[op]) for run, op in (a, b))
     ids = sorted(set(ca) & set(cb))
     d = np.asarray([float(ca[i]) - float(cb[i]) for i in ids])
     diff = float(d.mean()) if len(d) else 0.0
-    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-    verdict = "holds" if diff - 1.96 * se > 0 else "reversed" if diff + 1.96 * se < 0 else "not shown"
-    return {"claim": text, "a": "/".join(a), "b": "/".join(b), "n": len(ids),
-            "acc_a": float(np.mean([ca[i] for i in ids])) if ids else 0.0,
-            "acc_b": float(np.mean([cb[i] for i in ids])) if ids else 0.0, "diff": diff, "se": se,
-            "a_only": int((d > 0).sum()), "b_only": int((d < 0).sum()), "b_seq_a": bseq_a, "b_seq_b": bseq_b,
-            "verdict": verdict}
+    half = 1.96 * float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    verdict = "holds" if diff - half > 0 else "reversed" if diff + half < 0 else "not shown"
+    return {"id": claim_id, "checkpoint": checkpoint, "a": "/".join(a), "b": "/".join(b), "diff": diff,
+            "half_width": half, "only_a": int((d > 0).sum()), "only_b": int((d < 0).sum()), "verdict": verdict,
+            "text": text, "n": len(ids), "acc_a": float(np.mean([ca[i] for i in ids])) if ids else 0.0,
+            "acc_b": float(np.mean([cb[i] for i in ids])) if ids else 0.0, "b_seq_a": bseq_a, "b_seq_b": bseq_b}
+
+
+def demo_claims(workdir: str, demo) -> list:
+    """The issue's claims, each "A beats B" paired on the same problems (stable ids):
+    `rl_vs_sft` (Long-CoT at the RL rollout budget); `pdr_vs_long_cot` and
+    `best_of_n_v1_vs_long_cot` at every checkpoint, Long-CoT at the matched B_seq
+    (`matched_long_cot`); `pdr_rl_vs_rl` (both under PDR)."""
+    labels = _labels(demo)
+    rl_budget = min(demo.long_cot_budgets, key=lambda b: (abs(b - demo.rl_budget), b))
+    claims = [paired_claim(workdir, "rl_vs_sft", "rl_baseline", ("rl_baseline", f"long_cot@{rl_budget}"),
+                           ("sft", f"long_cot@{rl_budget}"), labels, "RL beats SFT (Long-CoT)")]
+    for op, claim_id, what in (("pdr", "pdr_vs_long_cot", "PDR"), ("best_of_n", "best_of_n_v1_vs_long_cot",
+                                                                  "V1 best-of-4")):
+        for run in CHECKPOINTS:
+            b_seq = _correct_by_problem(workdir, run, labels[op])[1]
+            lc = matched_long_cot(workdir, run, demo, b_seq)
+            claims.append(paired_claim(workdir, claim_id, run, (run, op), (run, lc), labels,
+                                       f"{what} beats Long-CoT at matched B_seq ({run})"))
+    claims.append(paired_claim(workdir, "pdr_rl_vs_rl", "rl_pdr", ("rl_pdr", "pdr"), ("rl_baseline", "pdr"), labels,
+                               "PDR-RL beats RL under PDR inference"))
+    return claims
 
 
 def claims_table(claims: list) -> str:
-    head = ("| claim (A beats B) | A | B | n | acc A | acc B | A - B (95% CI) | only A right / only B right "
-            "| B_seq A / B | verdict |\n|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| id | checkpoint | A | B | n | acc A | acc B | A - B (95% CI) | only A / only B "
+            "| B_seq A / B | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|")
     return "\n".join([head] + [
-        f"| {c['claim']} | {c['a']} | {c['b']} | {c['n']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | "
-        f"{c['diff']:+.3f} (+-{1.96 * c['se']:.3f}) | {c['a_only']} / {c['b_only']} | "
+        f"| {c['id']} | {c['checkpoint']} | {c['a']} | {c['b']} | {c['n']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | "
+        f"{c['diff']:+.3f} (+-{c['half_width']:.3f}) | {c['only_a']} / {c['only_b']} | "
         f"{c['b_seq_a']:.0f} / {c['b_seq_b']:.0f} | {c['verdict']} |" for c in claims])
 
 
-def write_results(workdir, demo, tables, steps, markdown_table, held_out_counts: dict, claims: list) -> None:
+def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: list) -> None:
+    draw = "validation draw" if demo.validation else "held-out draw"
     lines = ["# prd_jax demo results", "",
-             f"{demo.eval_problems} synthetic problems not seen in training (difficulty counts "
-             f"{held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget {demo.budget} "
-             f"(Long-CoT {2 * demo.budget}).", ""]
-    lines += ["## Claims (paired on the same problems, k=1)", "", claims_table(claims), ""]
+             f"Task {demo.task}, seed {demo.seed}: {demo.eval_problems} problems not seen in training ({draw}; "
+             f"difficulty counts {held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget "
+             f"{demo.budget}; Long-CoT budgets {list(demo.long_cot_budgets)}.", ""]
+    lines += ["## Claims (A beats B, paired on the same problems, k=1)", "", claims_table(claims), ""]
     combined = []
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
-        combined += [dict(t, operator=f"{name}:{t['operator'].split('(')[0]}") for t in table]
+        combined += [dict(t, operator=f"{name}:{_short(t['operator'])}") for t in table]
     fileio.write_text(os.path.join(workdir, "results.md"), "\n".join(lines))
     fileio.write_text(os.path.join(workdir, "results.json"), json.dumps(
-        {"steps": steps, "eval_difficulties": {str(d): n for d, n in held_out_counts.items()},
-         "claims": claims, "tables": tables}, indent=1))
-    pareto_plot(combined, os.path.join(workdir, "pareto.png"), "demo: accuracy vs budget per checkpoint")
+        {"task": demo.task, "seed": demo.seed, "validation": bool(demo.validation), "pdr": _pdr_fields(demo),
+         "long_cot_budgets": list(demo.long_cot_budgets), "steps": steps,
+         "eval_difficulties": {str(d): n for d, n in held_out_counts.items()}, "claims": claims,
+         "tables": tables}, indent=1))
+    pareto_plot(combined, os.path.join(workdir, "pareto.png"), f"demo ({demo.task}): accuracy vs budget per checkpoint")
     print("\n".join(lines))
+
+
+def _short(label: str) -> str:
+    """"long_cot(budget=128)" -> "long_cot@128"; other labels -> their operator type."""
+    kind = label.split("(")[0]
+    return f"{kind}@{label.split('budget=')[1].rstrip(')')}" if kind == "long_cot" and "budget=" in label else kind

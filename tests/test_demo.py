@@ -8,7 +8,8 @@ import ml_collections
 import pytest
 
 from prd_jax.config_io import load_config
-from prd_jax.demo import CHECKPOINTS, CONFIGS, run_demo
+from prd_jax.demo import (CHECKPOINTS, CONFIGS, PRESETS, eval_config, matched_long_cot, paired_claim, resolve,
+                          run_demo, stage_configs)
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -22,23 +23,33 @@ def demo_workdir(tmp_path_factory):
     return workdir, config
 
 
+CLAIM_KEYS = {"id", "checkpoint", "a", "b", "diff", "half_width", "only_a", "only_b", "verdict"}
+
+
 def test_quick_demo_writes_results_and_plot(demo_workdir):
     workdir, config = demo_workdir
     assert os.path.getsize(os.path.join(workdir, "pareto.png")) > 10_000
     results = json.load(open(os.path.join(workdir, "results.json")))
+    assert results["task"] == "preimage" and results["long_cot_budgets"] == [8, 16, 32]
     assert list(results["tables"]) == list(CHECKPOINTS)
     assert results["steps"] == {"sft": 4, "rl_baseline": 1, "rl_pdr": 1}
-    assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {
-        str(d) for d in config.difficulty}
-    assert [c["claim"] for c in results["claims"]][0] == "RL beats SFT (Long-CoT)"
+    assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"2", "3"}
+    assert [(c["id"], c["checkpoint"]) for c in results["claims"]] == (
+        [("rl_vs_sft", "rl_baseline")] + [("pdr_vs_long_cot", r) for r in CHECKPOINTS]
+        + [("best_of_n_v1_vs_long_cot", r) for r in CHECKPOINTS] + [("pdr_rl_vs_rl", "rl_pdr")])
     for c in results["claims"]:  # paired counts agree with the accuracies
-        assert c["n"] == 4 and abs(c["acc_a"] - c["acc_b"] - (c["a_only"] - c["b_only"]) / 4) < 1e-9
+        assert CLAIM_KEYS <= set(c) and c["n"] == 4
+        assert abs(c["acc_a"] - c["acc_b"] - c["diff"]) < 1e-9 and abs(c["diff"] - (c["only_a"] - c["only_b"]) / 4) < 1e-9
         assert c["verdict"] in ("holds", "reversed", "not shown")
+        if c["id"] in ("pdr_vs_long_cot", "best_of_n_v1_vs_long_cot"):  # matched: Long-CoT's B_seq <= A's, or the smallest
+            assert c["b"].startswith(c["checkpoint"] + "/long_cot@")
+            assert c["b_seq_b"] <= c["b_seq_a"] or c["b"].endswith("@8")
     text = open(os.path.join(workdir, "results.md")).read()
-    assert "## Claims (paired on the same problems, k=1)" in text
+    assert "## Claims (A beats B, paired on the same problems, k=1)" in text and "| pdr_rl_vs_rl | rl_pdr |" in text
     for name, table in results["tables"].items():
-        ops = [t["operator"].split("(")[0] for t in table]
-        assert ops == ["long_cot", "sr", "pdr", "best_of_n"] and f"## {name} (step" in text
+        labels = [t["operator"] for t in table]
+        assert labels[:3] == [f"long_cot(budget={b})" for b in (8, 16, 32)] and f"## {name} (step" in text
+        assert [lab.split("(")[0] for lab in labels[3:]] == ["pdr", "best_of_n"]
         for t in table:
             assert t["problems"] == 4 and 0 <= t["mean_at_k"] <= 1 and t["b_seq"] <= t["b_total"]
     for name in CHECKPOINTS:  # orbax checkpoints and TensorBoard logs are in the workdir
@@ -64,7 +75,7 @@ def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
     nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_checkpoint.ipynb"), as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "=== workspace (top-2 drafts)" in printed and "B_seq" in printed
+    assert "=== workspace (top-4 drafts)" in printed and "B_seq" in printed
     assert "rl_pdr" in printed and "restored sft step 4" in printed
 
 
@@ -74,27 +85,58 @@ def test_demo_config_is_complete():
     assert set(config.quick_overrides) <= set(config)
 
 
+def _write_results(root, run, rows):
+    os.makedirs(root / "eval" / run, exist_ok=True)
+    with open(root / "eval" / run / "results.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(dict(r, sample=0)) + "\n")
+
+
 def test_paired_claim_by_hand(tmp_path):
-    from prd_jax.demo import paired_claim
+    labels = {"pdr": "pdr(4-1)", "lc": "long_cot(budget=8)"}
 
     def write(run, correct, b_seq):
-        os.makedirs(tmp_path / "eval" / run, exist_ok=True)
-        with open(tmp_path / "eval" / run / "results.jsonl", "w") as f:
-            for i, c in enumerate(correct):
-                f.write(json.dumps({"problem_id": f"p{i}", "operator": "pdr(4-1)", "sample": 0, "correct": c,
-                                    "b_seq": b_seq}) + "\n")
-            f.write(json.dumps({"problem_id": "p0", "operator": "long_cot(budget=8)", "sample": 0,
-                                "correct": False, "b_seq": 1}) + "\n")  # another operator: ignored
+        _write_results(tmp_path, run, [{"problem_id": f"p{i}", "operator": "pdr(4-1)", "correct": c, "b_seq": b_seq}
+                                       for i, c in enumerate(correct)]
+                       + [{"problem_id": "p0", "operator": "long_cot(budget=8)", "correct": False, "b_seq": 1}])
 
     write("a", [True, True, True, False], 30)
     write("b", [False, True, False, False], 10)
-    c = paired_claim(str(tmp_path), "A beats B", ("a", "pdr"), ("b", "pdr"))
-    # differences [1, 0, 1, 0]: mean 0.5, sample std sqrt(1/3), SE sqrt(1/3)/2 = 0.2887; 0.5 - 1.96 SE < 0
-    assert (c["n"], c["acc_a"], c["acc_b"], c["diff"], c["a_only"], c["b_only"]) == (4, 0.75, 0.25, 0.5, 2, 0)
-    assert abs(c["se"] - (1 / 3) ** 0.5 / 2) < 1e-12 and c["verdict"] == "not shown"
-    assert (c["b_seq_a"], c["b_seq_b"]) == (30, 10)
+    c = paired_claim(str(tmp_path), "x", "a", ("a", "pdr"), ("b", "pdr"), labels)
+    # differences [1, 0, 1, 0]: mean 0.5, sample std sqrt(1/3), half-width 1.96 sqrt(1/3)/2 = 0.566 > 0.5
+    assert (c["n"], c["acc_a"], c["acc_b"], c["diff"], c["only_a"], c["only_b"]) == (4, 0.75, 0.25, 0.5, 2, 0)
+    assert abs(c["half_width"] - 1.96 * (1 / 3) ** 0.5 / 2) < 1e-12 and c["verdict"] == "not shown"
+    assert (c["b_seq_a"], c["b_seq_b"], c["id"], c["checkpoint"], c["a"]) == (30, 10, "x", "a", "a/pdr")
     write("a", [True, True, True, False] * 4, 30)
     write("b", [False, True, False, False] * 4, 10)
-    c = paired_claim(str(tmp_path), "A beats B", ("a", "pdr"), ("b", "pdr"))
-    assert abs(c["se"] - (4 / 15) ** 0.5 / 4) < 1e-12 and c["verdict"] == "holds"  # 0.5 - 1.96 * 0.129 > 0
-    assert paired_claim(str(tmp_path), "B beats A", ("b", "pdr"), ("a", "pdr"))["verdict"] == "reversed"
+    c = paired_claim(str(tmp_path), "x", "a", ("a", "pdr"), ("b", "pdr"), labels)
+    assert abs(c["half_width"] - 1.96 * (4 / 15) ** 0.5 / 4) < 1e-12 and c["verdict"] == "holds"  # 0.5 - 0.253 > 0
+    assert paired_claim(str(tmp_path), "x", "b", ("b", "pdr"), ("a", "pdr"), labels)["verdict"] == "reversed"
+
+
+def test_matched_long_cot_takes_the_closest_budget_not_above(tmp_path):
+    demo = resolve(load_config(os.path.join(CONFIGS, "demo.py")))
+    means = dict(zip(demo.long_cot_budgets, (60, 85, 100, 130, 150, 160)))
+    _write_results(tmp_path, "r", [{"problem_id": "p", "operator": f"long_cot(budget={b})", "correct": True,
+                                    "b_seq": m} for b, m in means.items()])
+    assert matched_long_cot(str(tmp_path), "r", demo, 140.0) == "long_cot@192"  # 130 <= 140 < 150
+    assert matched_long_cot(str(tmp_path), "r", demo, 150.0) == "long_cot@256"  # equal counts as not above
+    assert matched_long_cot(str(tmp_path), "r", demo, 10.0) == "long_cot@64"  # all above: the smallest
+
+
+def test_resolve_fills_presets_and_names_bad_fields():
+
+    base = load_config(os.path.join(CONFIGS, "demo.py"))
+    d = resolve(base)
+    assert (d.task, d.difficulty, d.budget) == ("preimage", PRESETS["preimage"]["difficulty"], PRESETS["preimage"]["budget"])
+    control = resolve(ml_collections.ConfigDict(dict(base.to_dict(), task="modchain", budget=48)))
+    assert control.difficulty == (1, 2) and control.budget == 48  # a set field wins over the preset
+    with pytest.raises(ValueError, match="config.task='gsm8k'"):
+        resolve(ml_collections.ConfigDict(dict(base.to_dict(), task="gsm8k")))
+    with pytest.raises(ValueError, match="long_cot_budgets"):
+        resolve(ml_collections.ConfigDict(dict(base.to_dict(), long_cot_budgets=(64, 128))))
+    # --config.seed moves every stage's seed and the eval's sampling seed
+    seeded = {s: stage_configs(resolve(ml_collections.ConfigDict(dict(base.to_dict(), seed=s))), "/w") for s in (0, 7)}
+    assert {n: c.seed for n, c in seeded[7].items()} == {n: 7 for n in CHECKPOINTS}
+    assert seeded[0]["sft"].data.family == "preimage" and seeded[0]["rl_pdr"].rl.operator.k == 4
+    assert eval_config(resolve(ml_collections.ConfigDict(dict(base.to_dict(), seed=7)))).seed == 7

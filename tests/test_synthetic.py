@@ -1,23 +1,28 @@
 """prd_jax.data.synthetic: generator vs independent solver, difficulty, seeds, corruption,
-PDR traces, JSONL, CharVocab (with the operators' template compiler) and the seqio task."""
+PDR traces, JSONL, CharVocab (with the operators' template compiler) and the seqio task; then
+the preimage family (issue 15): solver vs brute force, checker exactness, traces parse back."""
 
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
 
 from prd_jax.data import jsonl
+from prd_jax.data import preimage as pre
 from prd_jax.data import synthetic as S
+from prd_jax.tasks import get_task
 
 DIFFICULTIES = (1, 2, 3, 4, 5, 6)
+ARITHMETIC = ("modchain", "modinverse")  # the preimage family has its own tests at the end
 
 
 @pytest.fixture(scope="module")
 def problems():
     """100 problems per (family, difficulty): 1200 in all."""
     return {(fam, d): S.generate(100, 10 * d, d, family=fam)
-            for fam in S.FAMILIES for d in DIFFICULTIES}
+            for fam in ARITHMETIC for d in DIFFICULTIES}
 
 
 # ---------------------------------------------------------------- generator and solver
@@ -60,7 +65,7 @@ def test_other_moduli_verified():
 
 
 def test_difficulty_increases_solution_length(problems):
-    for fam in S.FAMILIES:
+    for fam in ARITHMETIC:
         means = [np.mean([len(p["solution"]) for p in problems[fam, d]]) for d in DIFFICULTIES]
         assert all(a < b for a, b in zip(means, means[1:])), (fam, means)
 
@@ -327,3 +332,154 @@ def test_held_out_problems_avoid_every_seen_text():
     assert S.held_out(96, 7, (1, 2), seen) == out  # reproducible
     with pytest.raises(ValueError, match="only 0 of n=5 problems of difficulty=1 are unseen"):
         S.held_out(5, 7, 1, seen)
+
+
+# ---------------------------------------------------------------- the preimage family (data.preimage)
+
+
+def _brute(spec):
+    return [x for x in range(spec.modulus) if pre.forward(spec, x)[1] == spec.target]
+
+
+def test_hand_example():
+    text = "Find x. Work mod 10. Apply +3, *2, ^2. End at 6."
+    spec = pre.parse_problem(text)
+    assert spec == pre.Spec(10, (("+", 3), ("*", 2), ("^", 2)), 6)
+    # (x+3)*2 mod 10 is in {4, 6} (squares ending in 6); (x+3) mod 5 in {2, 3}: x in {4, 9, 5, 0}
+    assert pre.solutions(text) == [0, 4, 5, 9]
+    assert pre.try_line(spec, 3) == "x=3: 3+3=6->6 6*2=12->2 2^2=4->4 vs 6 no"
+    assert pre.try_line(spec, 4) == "x=4: 4+3=7->7 7*2=14->4 4^2=16->6 vs 6 ok"
+
+
+@pytest.mark.parametrize("seed,modulus", [(0, 10), (1, 12), (2, 7), (3, 31)])
+def test_solver_matches_brute_force(seed, modulus):
+    for p in pre.generate(60, seed, (1, 2, 3), modulus):
+        spec = pre.parse_problem(p["problem"])
+        assert pre.solutions(p["problem"]) == _brute(spec)
+        assert p["answer"] == str(min(_brute(spec)))
+        assert [int(s) for s in p["solutions"].split(",")] == _brute(spec)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_checker_accepts_exactly_the_valid_x(seed):
+    for p in pre.generate(40, seed, (2, 3), 10):
+        valid = set(_brute(pre.parse_problem(p["problem"])))
+        for x in range(-20, 30):
+            assert pre.check(p["problem"], str(x)) == (x % 10 in valid), (p["problem"], x)
+        assert not pre.check(p["problem"], None)
+        assert not pre.check(p["problem"], "4.0")
+        assert not pre.check(p["problem"], "x")
+
+
+def test_search_needs_branching():
+    """Solving backwards branches: many problems have several solutions, and ^2 is in every chain."""
+    probs = pre.generate(200, 0, 3, 10)
+    assert all("^2" in p["problem"] for p in probs)
+    assert np.mean(["," in p["solutions"] for p in probs]) > 0.3
+
+
+def test_solve_trace_parses_back():
+    rng = np.random.default_rng(0)
+    for p in pre.generate(50, 1, (2, 3), 10):
+        resp = pre.solve_response(rng, p)
+        tries = pre.parse_tries(resp)
+        xs = [x for x, _ in tries]
+        assert len(set(xs)) == len(xs)  # no repeats
+        assert [ok for _, ok in tries] == [False] * (len(tries) - 1) + [True]
+        assert all(ok == pre.check(p["problem"], str(x)) for x, ok in tries)
+        assert pre.final_answer(resp) == str(xs[-1])
+        assert pre.check(p["problem"], pre.final_answer(resp))
+
+
+def test_refine_checks_the_workspace_first():
+    rng = np.random.default_rng(0)
+    p = {"problem": "Find x. Work mod 10. Apply +3, *2, ^2. End at 6."}
+    wrong, right = "x=3: 1+1=2->2 vs 6 ok", "x=2: 2+3=5->5 vs 6 no\nx=9: 9+3=12->2 vs 6 ok"
+    resp = pre.refine_response(rng, p, [wrong, "no answer", wrong, right])
+    assert pre.parse_tries(resp) == [(3, False), (9, True)]
+    assert pre.final_answer(resp) == "9"
+    resp = pre.refine_response(rng, p, [wrong, "x=1: 1+3=4 vs 6 ok"])  # no candidate passes: fresh tries
+    tries = pre.parse_tries(resp)
+    assert tries[:2] == [(3, False), (1, False)] and tries[-1][1] and len({x for x, _ in tries}) == len(tries)
+    assert pre.check(p["problem"], pre.final_answer(resp))
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="length"):
+        pre.generate(2, 0, 0)
+    with pytest.raises(ValueError, match="modulus"):
+        pre.generate(2, 0, 2, modulus=2)
+    with pytest.raises(ValueError, match="not a preimage problem"):
+        pre.parse_problem("Start at 3. Work mod 10. Apply +1. Answer?")
+
+
+def _consistent(problem, text):
+    """Every try line of `text` is the forward check of its x (traces parse back)."""
+    spec = pre.parse_problem(problem["problem"])
+    lines = [ln for ln in text.splitlines() if ln.startswith("x=")]
+    return all(ln == pre.try_line(spec, x) for ln, (x, _) in zip(lines, pre.parse_tries(text)))
+
+
+def test_drafts_are_cut_at_the_budget_and_slips_fail_the_check():
+    rng = np.random.default_rng(3)
+    for p in pre.generate(40, 2, (2, 3)):
+        full = pre.draft(rng, p, 10_000)
+        assert _consistent(p, full) and pre.check(p["problem"], pre.final_answer(full))
+        cut = pre.draft(rng, p, 96)
+        assert len(cut) == 96 or (len(cut) < 96 and pre.check(p["problem"], pre.final_answer(cut)))
+        slip = pre.draft(rng, p, 10_000, false_rate=1.0)
+        if len(p["solutions"].split(",")) < p["modulus"]:  # some x fails, so a slip exists
+            x = pre.final_answer(slip)
+            assert slip.splitlines()[-1].endswith(" ok") and not pre.check(p["problem"], x)
+            assert pre.try_line(pre.parse_problem(p["problem"]), int(x)).endswith(" no")
+    assert pre.quote("abcdef", 4) == "cdef" and pre.quote("ab", 4) == "ab"
+
+
+def test_refine_and_judge_traces_parse_back():
+    rng = np.random.default_rng(4)
+    ignored = 0
+    for p in pre.generate(60, 3, (2, 3)):
+        row = pre.refine_trace(rng, p, 4, draft_tokens=96, tail_tokens=48, refine_ignore=0.35, false_rate=0.15)
+        assert len(row["candidates"]) == 4 and all(len(c) <= 48 and c in row["prompt"] for c in row["candidates"])
+        assert row["prompt"].startswith("Refine: " + p["problem"] + "\n#1\n")
+        assert _consistent(p, row["response"]) and pre.check(p["problem"], pre.final_answer(row["response"]))
+        answers = []
+        for c in row["candidates"]:
+            a = pre.final_answer(c)
+            if a is not None and int(a) % p["modulus"] not in answers:
+                answers.append(int(a) % p["modulus"])
+        tried = [x for x, _ in pre.parse_tries(row["response"])]
+        if row["ignored"]:
+            ignored += 1
+        else:  # the workspace's answers are checked first, in order, up to the first that passes
+            first_ok = next((i for i, x in enumerate(answers) if pre.check(p["problem"], str(x))), None)
+            expect = answers if first_ok is None else answers[:first_ok + 1]
+            assert tried[:len(expect)] == expect
+        judge = pre.judge_trace(rng, p)
+        ratings = [int(v) for v in re.findall(r">(\d+)</rating_", judge["response"])]
+        assert ratings == [10 if pre.check(p["problem"], pre.final_answer(c)) else 1 for c in judge["candidates"]]
+    assert 8 <= ignored <= 36  # refine_ignore=0.35 of 60
+
+
+def test_preimage_sft_mix_and_bad_knobs():
+    p = pre.generate(1, 0, 2)[0]
+    rows = S.sft_traces(np.random.default_rng(0), p, pdr_fraction=1.0, pdr_k=4, judge_fraction=1.0,
+                        templates="compact", draft_tokens=64)
+    assert [r["prompt"].split(":")[0] for r in rows] == ["Solve", "Refine", "Compare"]
+    assert rows[0]["response"] == p["solution"]
+    with pytest.raises(ValueError, match="draft_budget"):
+        S.sft_traces(np.random.default_rng(0), p, templates="compact", draft_budget=64)
+    with pytest.raises(ValueError, match="preimage"):
+        S.sft_traces(np.random.default_rng(0), S.generate(1, 0, 2)[0], draft_tokens=64)
+    assert S.generate(3, 5, (2, 3), family="preimage") == pre.generate(3, 5, (2, 3))
+
+
+def test_preimage_task_grades_any_valid_x():
+    task = get_task("preimage")
+    for row in task.problems(limit=20):
+        valid = {int(s) for s in row["solutions"].split(",")}
+        for x in range(25):  # the claim "ok" is re-checked: only valid x (any representative mod m) pass
+            g = task.grade(row, f"x={x}: 1+1=2->2 vs 2 no\nx={x}: 1+1=2->2 vs 2 ok")
+            assert g["correct"] == (x % row["modulus"] in valid) and g["parsed"] and g["answer"] == str(x)
+        assert task.grade(row, "x=1: no")["parsed"] is False
+        assert task.row_for_key(task.gold_key(row), {})["problem"] == row["problem"]

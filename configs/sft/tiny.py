@@ -29,7 +29,10 @@ def get_config(arg=None):
     c.data = ml_collections.ConfigDict(dict(
         source="synthetic", family="modchain", difficulty=(1, 2, 3), num_train=2000, num_eval=64,
         pdr_fraction=0.5, pdr_k=2, sr_fraction=0.25, judge_fraction=0.25, seq_len=256, mode="pack", path="", validation_fraction=0.05,
-        templates="compact", mixture="", module=""))  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
+        templates="compact", mixture="", module="",  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
+        # family "preimage" only (data.preimage.TRACE_DEFAULTS; None: its default): the drafts its refine and
+        # judge traces quote, and how often a refine trace ignores the workspace
+        draft_tokens=None, tail_tokens=None, refine_ignore=None, false_rate=None))
     c.batch_size = 16
     c.grad_accum_steps = 1
     c.optim = ml_collections.ConfigDict(dict(

@@ -2,7 +2,7 @@
 
     Find x. Work mod 10. Apply +3, *2, ^2. End at 6.
 
-The operations (`+a`, `*a`, `^2`) are ring operations, so the chain is a polynomial map
+The operations (`+a`, `*a`, `^2`, each kind at most once) are ring operations, so the chain is a polynomial map
 mod m; squaring (and `*a` with a not coprime to m) is not invertible, so solving backwards
 branches and there is no short procedure for the answer. Checking a guess is the forward
 chain, the same computation as the `modchain` family. This is the property the PDR paper
@@ -11,20 +11,35 @@ better than a fresh attempt, while on `modchain` checking costs as much as solvi
 
 Traces (one line per tried x; `ok` when the chain ends at the target, else `no`):
 
-    x=3: 3+3=6->6 6*2=12->2 2^2=4->4 no
-    x=4: 4+3=7->7 7*2=14->4 4^2=16->6 ok
-    \\boxed{4}
+    x=3: 3+3=6->6 6*2=12->2 2^2=4->4 vs 6 no
+    x=4: 4+3=7->7 7*2=14->4 4^2=16->6 vs 6 ok
 
-- `solve_response`: tries x in a random order without repeats and stops at the first that
-  passes (a Long-CoT guess-and-check trace; the failed tries are what a sampled search makes).
-- `refine_response`: checks each workspace candidate's boxed answer first (in workspace
+The answer is the x of the last line that ends "ok" (`final_answer`); there is no
+`\\boxed{}`: a boxed copy would be one more retrieval for a small model, and in a refine
+call it competes with the workspace's answers. A line's "ok" is the model's claim; grading
+re-checks the x (`check`).
+
+- `solve_response`: tries x from a random start upwards (mod m, no repeats) and stops at
+  the first that passes (a Long-CoT guess-and-check trace; the failed tries are what a
+  sampled search makes).
+- `refine_response`: checks each workspace candidate's answer first (in workspace
   order, each value once), keeps the first that passes, else goes on trying fresh values
   (PDR §3.1 refine: build on the workspace, do not start over when it holds an answer).
 - Any x whose chain ends at the target is correct (`check`); the gold `answer` is the
   smallest solution in 0..m-1.
 
-Difficulty knobs: the chain length and the modulus. Only numpy and the standard library
-are imported.
+SFT traces (`sft_traces`, PDR §3.3; README "The demo task" says how the mix leaves room for
+operator RL): the single-pass trace above; a refine trace over a workspace of `pdr_k` drafts,
+each a guess-and-check trace cut at `draft_tokens` characters (so most fail without an
+answer) or, at rate `false_rate`, a slip that calls a failing x "ok", every draft quoted by
+its last `tail_tokens` characters as the eval's candidate truncation does
+(`truncation_head=0`); with probability `refine_ignore` the refine response ignores the
+workspace and searches afresh; and a pairwise judge trace rating each quoted draft 10 when
+its answer checks, else 1 (V1 §3). Imports numpy, the standard library and the JAX-free
+`prd_jax.prompts`.
+
+Difficulty knobs: the chain length and the modulus (default 11: a prime, so `+a`, `*a` are
+bijections and each `^2` doubles the preimages).
 """
 
 from __future__ import annotations
@@ -36,8 +51,11 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from prd_jax import prompts
+
 __all__ = ["FAMILY", "Spec", "make_problem", "generate", "parse_problem", "forward", "solutions",
-           "check", "try_line", "parse_tries", "solve_response", "refine_response", "final_answer"]
+           "check", "try_line", "parse_tries", "solve_response", "refine_response", "final_answer", "draft",
+           "quote", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS"]
 
 FAMILY = "preimage"
 OPS = ("+", "*", "^")
@@ -78,19 +96,21 @@ def _text(spec: Spec) -> str:
     return f"Find x. Work mod {spec.modulus}. Apply {ops}. End at {spec.target}."
 
 
+CHAINS = {1: ("^",), 2: ("+", "^"), 3: ("+", "^", "*")}  # the operation kinds of each chain length, in order
+
+
 def _random_ops(rng: np.random.Generator, length: int, m: int) -> tuple:
-    """`length` operations with at least one `^2` (so the map is not a bijection for m > 2)."""
-    while True:
-        ops = []
-        for _ in range(length):
-            op = OPS[int(rng.integers(3))]
-            ops.append((op, 2 if op == "^" else int(rng.integers(2 if op == "*" else 1, m))))
-        if any(op == "^" for op, _ in ops):
-            return tuple(ops)
+    """The chain of `length` (1..3): `CHAINS[length]` with random operands. One kind order
+    for all problems (`+a`, `^2`, `*b`), each kind at most once, so a line's operand is the
+    number after the same symbol in the problem; `^2` makes the map 2-to-1 mod a prime."""
+    if length not in CHAINS:
+        raise ValueError(f"length={length}; must be one of {sorted(CHAINS)} (chains {CHAINS})")
+    return tuple((op, 2 if op == "^" else int(rng.integers(2 if op == "*" else 1, m))) for op in CHAINS[length])
 
 
-def make_problem(rng: np.random.Generator, length: int, modulus: int = 10, id: Optional[str] = None) -> dict:
-    """{id, problem, answer, solution, difficulty, family, modulus, solutions}: a chain of
+def make_problem(rng: np.random.Generator, length: int, modulus: int = 11, id: Optional[str] = None) -> dict:
+    """{id, problem, answer, solution, difficulty, family, modulus, solutions ("1,5": every
+    solution in 0..m-1, a string so that rows stay rectangular for seqio)}: a chain of
     `length` operations from a random x; the target is where that x lands, so a solution exists.
     The default id is a digest of the problem text."""
     if not isinstance(rng, np.random.Generator):
@@ -104,10 +124,10 @@ def make_problem(rng: np.random.Generator, length: int, modulus: int = 10, id: O
     sols = solutions(text)
     return {"id": id or f"{FAMILY}-{hashlib.sha1(text.encode()).hexdigest()[:12]}", "problem": text, "answer": str(sols[0]),
             "solution": solve_response(rng, {"problem": text}), "difficulty": length, "family": FAMILY,
-            "modulus": modulus, "solutions": [str(s) for s in sols]}
+            "modulus": modulus, "solutions": ",".join(str(s) for s in sols)}
 
 
-def generate(n: int, seed: int, length, modulus: int = 10) -> list:
+def generate(n: int, seed: int, length, modulus: int = 11) -> list:
     """`n` problems from `np.random.default_rng(seed)`; ids "preimage-s{seed}-{i:06d}"; a
     sequence `length` draws each problem's chain length uniformly from it."""
     n, seed = _check_int("n", n, 0), _check_int("seed", seed, 0)
@@ -161,46 +181,53 @@ def check(problem_text: str, answer: Optional[str]) -> bool:
 
 
 def try_line(spec: Spec, x: int) -> str:
-    """"x=3: 3+3=6->6 6*2=12->2 2^2=4->4 no": one guess checked by the forward chain."""
+    """"x=3: 3+3=6->6 6*2=12->2 2^2=4->4 vs 6 no": one guess checked by the forward chain, its
+    end compared with the target written beside it."""
     steps, end = forward(spec, x)
-    return f"x={x}: " + " ".join(f"{e}->{v}" for e, v in steps) + (" ok" if end == spec.target else " no")
+    return (f"x={x}: " + " ".join(f"{e}->{v}" for e, v in steps) + f" vs {spec.target}"
+            + (" ok" if end == spec.target else " no"))
 
 
-_TRY_RE = re.compile(r"x=(\d+): (.*) (ok|no)")
+_TRY_RE = re.compile(r"x=(\d+): (.*) vs (\d+) (ok|no)")
 
 
 def parse_tries(text: str) -> list:
     """[(x, passed)] of the try lines in a response, in order (other lines are skipped)."""
-    return [(int(t.group(1)), t.group(3) == "ok") for t in map(_TRY_RE.fullmatch, text.splitlines()) if t]
-
-
-_BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
+    return [(int(t.group(1)), t.group(4) == "ok") for t in map(_TRY_RE.fullmatch, text.splitlines()) if t]
 
 
 def final_answer(text: str) -> Optional[str]:
-    """Content of the last `\\boxed{...}`, stripped; None if there is none."""
-    found = _BOXED_RE.findall(text) if isinstance(text, str) else []
-    return found[-1].strip() if found else None
+    """The x of the last try line that ends "ok" (as text); None if no line claims a pass."""
+    passed = [x for x, ok in parse_tries(text) if ok] if isinstance(text, str) else []
+    return str(passed[-1]) if passed else None
 
 
 def _search(spec: Spec, order: Sequence[int], lines: list) -> str:
     for x in order:
         lines.append(try_line(spec, x))
         if lines[-1].endswith(" ok"):
-            return "\n".join(lines + [f"\\boxed{{{x}}}"])
+            return "\n".join(lines)
     raise AssertionError("unreachable: every problem has a solution in 0..m-1")
 
 
+def _scan(rng: np.random.Generator, m: int, skip=()) -> list:
+    """0..m-1 from a random start, counting up and wrapping, without the values in `skip`."""
+    start = int(rng.integers(m))
+    return [(start + i) % m for i in range(m) if (start + i) % m not in skip]
+
+
 def solve_response(rng: np.random.Generator, problem: Mapping) -> str:
-    """A guess-and-check trace: x in a random order, no repeats, up to the first that passes."""
+    """A guess-and-check trace: a random first x, then x+1, x+2, ... mod m (no repeats; the
+    next guess is a local step, the random start is the sampled part), up to the first that
+    passes."""
     spec = parse_problem(problem["problem"])
-    return _search(spec, [int(x) for x in rng.permutation(spec.modulus)], [])
+    return _search(spec, _scan(rng, spec.modulus), [])
 
 
 def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequence[str]) -> str:
-    """A refine trace over a workspace: check each candidate's boxed answer (in order, each
-    value once, unparsable ones skipped); stop at the first that passes; else try the
-    values not yet checked in a random order."""
+    """A refine trace over a workspace: check each candidate's answer (in order, each
+    value once, unparsable ones skipped); stop at the first that passes; else scan the
+    values not yet checked from a random start (`solve_response`'s order)."""
     spec = parse_problem(problem["problem"])
     checked, lines = [], []
     for cand in candidates:
@@ -212,6 +239,92 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
         checked.append(x)
         lines.append(try_line(spec, x))
         if lines[-1].endswith(" ok"):
-            return "\n".join(lines + [f"\\boxed{{{x}}}"])
-    rest = [int(x) for x in rng.permutation(spec.modulus) if int(x) not in checked]
-    return _search(spec, rest, lines)
+            return "\n".join(lines)
+    return _search(spec, _scan(rng, spec.modulus, checked), lines)
+
+
+# ---------------------------------------------------------------- SFT traces (module docstring)
+
+TRACE_DEFAULTS = dict(draft_tokens=96, tail_tokens=48, refine_ignore=0.35, false_rate=0.15)
+
+
+def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: float = 0.0) -> str:
+    """A draft as a `budget`-token call leaves it (one character is one token; the stop token
+    counts): a guess-and-check trace, cut at `budget` characters when it does not fit; with
+    probability `false_rate`, a slip instead: the tries up to a failing x, whose line ends "ok"
+    (the answer)."""
+    spec = parse_problem(problem["problem"])
+    if rng.random() < false_rate:
+        wrong = [x for x in range(spec.modulus) if not try_line(spec, x).endswith(" ok")]
+        if wrong:
+            tries = [int(x) for x in rng.permutation(wrong)[:int(rng.integers(1, min(3, len(wrong)) + 1))]]
+            lines = [try_line(spec, x) for x in tries]
+            lines[-1] = lines[-1][:-len(" no")] + " ok"
+            text = "\n".join(lines)
+            return text if len(text) < budget else text[:budget]
+    text = solve_response(rng, problem)
+    return text if len(text) < budget else text[:budget]
+
+
+def quote(text: str, tail_tokens: int) -> str:
+    """A candidate as the eval quotes it with `truncation_head=0`: its last `tail_tokens` characters."""
+    return text if len(text) <= tail_tokens else text[-tail_tokens:]
+
+
+def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate) -> list:
+    return [quote(draft(rng, problem, draft_tokens, false_rate), tail_tokens) for _ in range(k)]
+
+
+def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: str = "compact", *,
+                 draft_tokens: int = 96, tail_tokens: int = 48, refine_ignore: float = 0.35,
+                 false_rate: float = 0.15) -> dict:
+    """A PDR refine trace (§3.1): the set's `pdr_topk` prompt over `k` quoted drafts, then
+    `refine_response` (or, with probability `refine_ignore`, a fresh `solve_response`).
+    Returns {id, prompt, response, candidates, ignored}."""
+    candidates = _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate)
+    ignored = bool(rng.random() < refine_ignore)
+    response = solve_response(rng, problem) if ignored else refine_response(rng, problem, candidates)
+    topk = prompts.template_set(templates)["pdr_topk"]
+    prompt = prompts.render(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
+    return {"id": problem["id"], "prompt": prompt, "response": response, "candidates": candidates, "ignored": ignored}
+
+
+def judge_trace(rng: np.random.Generator, problem: Mapping, templates: str = "compact", *,
+                draft_tokens: int = 96, tail_tokens: int = 48, false_rate: float = 0.15, **_) -> dict:
+    """A pairwise judge trace with no reasoning (V1 §3): two quoted drafts, then the forced
+    rating tags (`prompts.FORCED_PREFIXES`): 10 for a draft whose answer checks, else 1.
+    Returns {id, prompt, response, candidates, correct}."""
+    cands = _workspace(rng, problem, 2, draft_tokens, tail_tokens, false_rate)
+    correct = [check(problem["problem"], final_answer(c)) for c in cands]
+    prompt = prompts.render(prompts.template_set(templates)["pairwise"], problem=problem["problem"],
+                            candidate_a=cands[0], candidate_b=cands[1])
+    a, b = (10 if c else 1 for c in correct)
+    open_a, open_b = prompts.FORCED_PREFIXES["pairwise"]
+    return {"id": problem["id"], "prompt": prompt, "response": f"{open_a}{a}{open_b}{b}</rating_B>",
+            "candidates": cands, "correct": correct}
+
+
+def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: float = 0.0, pdr_k: int = 4,
+               sr_fraction: float = 0.0, judge_fraction: float = 0.0, templates: str = "compact",
+               **knobs) -> list:
+    """SFT rows {id, prompt, response, ...} of one problem: the single-pass trace, then with
+    its probability a refine trace over `pdr_k` drafts, an SR trace (a refine over one
+    draft, the set's `sr_refine` prompt) and a pairwise judge trace; `knobs` override
+    `TRACE_DEFAULTS`. Draws from `rng` in that order."""
+    unknown = set(knobs) - set(TRACE_DEFAULTS)
+    if unknown:
+        raise ValueError(f"preimage trace setting(s) {sorted(unknown)}; allowed: {sorted(TRACE_DEFAULTS)}")
+    kw = dict(TRACE_DEFAULTS, **knobs)
+    solve = prompts.template_set(templates)["solve"]
+    rows = [{"id": problem["id"], "prompt": prompts.render(solve, problem=problem["problem"]),
+             "response": problem["solution"]}]
+    if rng.random() < pdr_fraction:
+        rows.append(refine_trace(rng, problem, pdr_k, templates, **kw))
+    if rng.random() < sr_fraction:
+        row = refine_trace(rng, problem, 1, templates, **kw)
+        row["prompt"] = prompts.render(prompts.template_set(templates)["sr_refine"], problem=problem["problem"],
+                                       previous=row["candidates"][0])
+        rows.append(row)
+    if rng.random() < judge_fraction:
+        rows.append(judge_trace(rng, problem, templates, **kw))
+    return rows

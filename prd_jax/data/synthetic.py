@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from prd_jax import prompts
+from prd_jax.data import preimage
 from prd_jax.prompts import FORCED_PREFIXES, template_set
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ __all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "h
            "write_jsonl", "register_synthetic_task", "register_problems_task", "register_sft_task",
            "CharVocab"]
 
-FAMILIES = ("modchain", "modinverse")
-DEFAULT_MODULUS = {"modchain": 10, "modinverse": 11}
+FAMILIES = ("modchain", "modinverse", preimage.FAMILY)
+DEFAULT_MODULUS = {"modchain": 10, "modinverse": 11, preimage.FAMILY: 11}
 Difficulty = Union[int, Sequence[int]]
 
 
@@ -175,6 +176,8 @@ def make_problem(rng: np.random.Generator, difficulty: int, family: str = "modch
     difficulty = _check_int("difficulty", difficulty, 1)
     family = _check_family(family)
     m = _check_modulus(family, modulus)
+    if family == preimage.FAMILY:  # the search family (issue 15): its own module
+        return preimage.make_problem(rng, difficulty, m, id=id)
     spec = _random_spec(rng, difficulty, family, m)
     text = _problem_text(spec)
     lines, answer = _solution_lines(spec)
@@ -194,7 +197,8 @@ def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
 
 def generate(n: int, seed: int, difficulty: Difficulty, family: str = "modchain",
              modulus: Optional[int] = None) -> list[dict]:
-    """`n` problems from `np.random.default_rng(seed)`; ids "{family}-s{seed}-{i:06d}".
+    """`n` problems from `np.random.default_rng(seed)`; ids "{family}-s{seed}-{i:06d}"
+    (family "preimage": `preimage.generate`, the chain length drawn the same way).
 
     With a sequence `difficulty`, each problem draws its difficulty uniformly from it.
     Problems may repeat (low difficulties have few distinct problems); ids never do.
@@ -204,6 +208,8 @@ def generate(n: int, seed: int, difficulty: Difficulty, family: str = "modchain"
     choices = _difficulties(difficulty)
     family = _check_family(family)
     modulus = _check_modulus(family, modulus)
+    if family == preimage.FAMILY:
+        return preimage.generate(n, seed, choices, modulus)
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -494,12 +500,20 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
 
 
 def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: float = 0.0, pdr_k: int = 2,
-               sr_fraction: float = 0.0, judge_fraction: float = 0.0, templates: str = "default") -> list[dict]:
+               sr_fraction: float = 0.0, judge_fraction: float = 0.0, templates: str = "default",
+               **family_knobs) -> list[dict]:
     """SFT rows {id, prompt, response, ...} of one problem: its single-pass trace, then, each
     with its probability, a PDR refine trace (`pdr_k` candidates, 0..k of them wrong,
     uniformly), an SR refine trace (the earlier attempt wrong with probability 1/2) and a
     pairwise judge trace (each candidate wrong with probability 1/2). Draws from `rng` in
-    that order, so one rng over a problem list gives one reproducible trace list."""
+    that order, so one rng over a problem list gives one reproducible trace list.
+    A "preimage" problem gets `preimage.sft_traces` (its drafts and knobs, `family_knobs`);
+    the other families take no knobs."""
+    if problem.get("family") == preimage.FAMILY:
+        return preimage.sft_traces(rng, problem, pdr_fraction=pdr_fraction, pdr_k=pdr_k, sr_fraction=sr_fraction,
+                                   judge_fraction=judge_fraction, templates=templates, **family_knobs)
+    if family_knobs:
+        raise ValueError(f"trace setting(s) {sorted(family_knobs)} apply to the 'preimage' family only")
     rows = [solve_example(problem, templates)]
     if rng.random() < pdr_fraction:
         rows.append(pdr_trace(rng, problem, pdr_k, int(rng.integers(0, pdr_k + 1)), templates))

@@ -1,8 +1,9 @@
-"""Synthetic modular-arithmetic families `modchain` and `modinverse` (`prd_jax.data.synthetic`).
-
-Graded like math (boxed final answer, exact equivalence); prompts use the "compact"
-template set the tiny demo models are trained on. `problems` draws them deterministically
-(`synthetic.generate`, seed 0 for "train" and 1 for "test"), so they need no data dir.
+"""Synthetic families (`prd_jax.data.synthetic`): `modchain` and `modinverse`, graded like math
+(boxed final answer, exact equivalence), and `preimage` (issue 15's search task,
+`data.preimage`), graded by the forward check: the answer is the x of the last try line
+that claims "ok", and it is correct when its chain really ends at the target (any such x). Prompts use the "compact" template set the tiny demo models are trained
+on. `problems` draws them deterministically (`synthetic.generate`, seed 0 for "train" and 1
+for "test"), so they need no data dir.
 """
 
 from __future__ import annotations
@@ -10,22 +11,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from prd_jax.data import synthetic
-from prd_jax.tasks.base import register_task
+from prd_jax.data import preimage, synthetic
+from prd_jax.tasks.base import Task, register_task
 from prd_jax.tasks.math import MathTask
 
-__all__ = ["SyntheticTask", "MODCHAIN", "MODINVERSE"]
+__all__ = ["SyntheticTask", "PreimageTask", "MODCHAIN", "MODINVERSE", "PREIMAGE"]
 
 SPLIT_SEEDS = {"train": 0, "test": 1}
 
 
-@dataclasses.dataclass(frozen=True)
-class SyntheticTask(MathTask):
-    """One synthetic family; `difficulty` is the tuple of chain lengths drawn from."""
-
-    family: str = "modchain"
-    difficulty: tuple = (1, 2, 3)
-    num_problems: int = 512
+class _Draws:
+    """`problems` of a synthetic family: `synthetic.generate` with the split's seed."""
 
     def problems(self, split: Optional[str] = None, limit: Optional[int] = None,
                  data_dir: Optional[str] = None) -> list:
@@ -36,7 +32,47 @@ class SyntheticTask(MathTask):
         return synthetic.generate(n, SPLIT_SEEDS[split], self.difficulty, family=self.family)
 
 
+@dataclasses.dataclass(frozen=True)
+class SyntheticTask(_Draws, MathTask):
+    """One synthetic family; `difficulty` is the tuple of chain lengths drawn from."""
+
+    family: str = "modchain"
+    difficulty: tuple = (1, 2, 3)
+    num_problems: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class PreimageTask(_Draws, Task):
+    """The preimage search family: reward 1 when the answer x (`preimage.final_answer`)
+    passes `preimage.check` (any valid x, not only the gold one); majority voting groups on x; the
+    in-graph gold key is the problem text itself, so the oracle checks without a lookup."""
+
+    family: str = preimage.FAMILY
+    difficulty: tuple = (2, 3)
+    num_problems: int = 512
+    templates: str = "compact"
+
+    def extract(self, completion: str) -> Optional[str]:
+        return preimage.final_answer(completion)
+
+    def grade(self, row: dict, completion: str) -> dict:
+        answer = self.extract(completion)
+        correct = answer is not None and preimage.check(row["problem"], answer)
+        return {"reward": float(correct), "correct": bool(correct), "parsed": answer is not None, "answer": answer}
+
+    def answer_key(self, completion: str) -> Optional[str]:
+        answer = self.extract(completion)
+        return None if answer is None else str(int(answer))
+
+    def gold_key(self, row: dict) -> str:
+        return str(row["problem"])
+
+    def row_for_key(self, key: str, rows_by_key: dict) -> dict:
+        return rows_by_key.get(key) or {"problem": key}
+
+
 MODCHAIN = register_task(SyntheticTask("modchain", seqio_task="prd_synthetic_modchain", templates="compact",
                                        family="modchain"))
 MODINVERSE = register_task(SyntheticTask("modinverse", seqio_task="prd_synthetic_modinverse", templates="compact",
                                          family="modinverse"))
+PREIMAGE = register_task(PreimageTask("preimage", seqio_task="prd_synthetic_preimage"))

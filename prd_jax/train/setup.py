@@ -47,7 +47,7 @@ import jax
 
 from prd_jax import fileio, prompts
 from prd_jax.checkpoint import latest_params
-from prd_jax.data import chat_traces, seqio_rows, sft, synthetic
+from prd_jax.data import chat_traces, preimage, seqio_rows, sft, synthetic
 from prd_jax.host import on_main
 from prd_jax.mesh import make_mesh
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
@@ -152,8 +152,13 @@ def synthetic_traces(rng, problem, data, templates: str) -> list:
 
 
 def _trace_settings(data) -> dict:
-    return {"pdr_fraction": data.pdr_fraction, "pdr_k": data.pdr_k,
-            "sr_fraction": data.get("sr_fraction", 0.0), "judge_fraction": data.get("judge_fraction", 0.0)}
+    """The `synthetic.sft_traces` keywords of `data`; the "preimage" family adds its draft knobs
+    (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate) where set."""
+    out = {"pdr_fraction": data.pdr_fraction, "pdr_k": data.pdr_k,
+           "sr_fraction": data.get("sr_fraction", 0.0), "judge_fraction": data.get("judge_fraction", 0.0)}
+    if data.get("family", "modchain") == preimage.FAMILY:
+        out.update({k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None})
+    return out
 
 
 def _digest(settings: dict) -> str:
