@@ -44,7 +44,7 @@ def get_config(arg=None):
     c.eval_problems = 256
     c.eval_batch = 32
     c.eval_temperature = 1.0  # drafts need diversity; every operator samples at this temperature
-    c.num_train = 4000  # distinct SFT problems (each with its traces) and RL prompts
+    c.num_train = None  # SFT problems (each with its traces) and RL prompts
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
     c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16,
                              long_cot_budgets=(8, 16, 32))

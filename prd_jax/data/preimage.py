@@ -38,8 +38,9 @@ workspace and searches afresh; and a pairwise judge trace rating each quoted dra
 its answer checks, else 1 (V1 §3). Imports numpy, the standard library and the JAX-free
 `prd_jax.prompts`.
 
-Difficulty knobs: the chain length and the modulus (default 11: a prime, so `+a`, `*a` are
-bijections and each `^2` doubles the preimages).
+Difficulty knobs: the chain length and the modulus (default 13: a prime, so `+a`, `*b` are
+bijections and `^2` makes two preimages of each nonzero square; length 3 has 12 x 11 x 7 =
+924 distinct problems, so a 1,500-problem training draw leaves hundreds unseen).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def _random_ops(rng: np.random.Generator, length: int, m: int) -> tuple:
     return tuple((op, 2 if op == "^" else int(rng.integers(2 if op == "*" else 1, m))) for op in CHAINS[length])
 
 
-def make_problem(rng: np.random.Generator, length: int, modulus: int = 11, id: Optional[str] = None) -> dict:
+def make_problem(rng: np.random.Generator, length: int, modulus: int = 13, id: Optional[str] = None) -> dict:
     """{id, problem, answer, solution, difficulty, family, modulus, solutions ("1,5": every
     solution in 0..m-1, a string so that rows stay rectangular for seqio)}: a chain of
     `length` operations from a random x; the target is where that x lands, so a solution exists.
@@ -127,7 +128,7 @@ def make_problem(rng: np.random.Generator, length: int, modulus: int = 11, id: O
             "modulus": modulus, "solutions": ",".join(str(s) for s in sols)}
 
 
-def generate(n: int, seed: int, length, modulus: int = 11) -> list:
+def generate(n: int, seed: int, length, modulus: int = 13) -> list:
     """`n` problems from `np.random.default_rng(seed)`; ids "preimage-s{seed}-{i:06d}"; a
     sequence `length` draws each problem's chain length uniformly from it."""
     n, seed = _check_int("n", n, 0), _check_int("seed", seed, 0)
@@ -245,7 +246,7 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
 
 # ---------------------------------------------------------------- SFT traces (module docstring)
 
-TRACE_DEFAULTS = dict(draft_tokens=96, tail_tokens=48, refine_ignore=0.35, false_rate=0.15)
+TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=56, refine_ignore=0.35, false_rate=0.15)
 
 
 def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: float = 0.0) -> str:
@@ -276,7 +277,7 @@ def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate) -> list:
 
 
 def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: str = "compact", *,
-                 draft_tokens: int = 96, tail_tokens: int = 48, refine_ignore: float = 0.35,
+                 draft_tokens: int = 128, tail_tokens: int = 56, refine_ignore: float = 0.35,
                  false_rate: float = 0.15) -> dict:
     """A PDR refine trace (§3.1): the set's `pdr_topk` prompt over `k` quoted drafts, then
     `refine_response` (or, with probability `refine_ignore`, a fresh `solve_response`).
@@ -290,7 +291,7 @@ def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: 
 
 
 def judge_trace(rng: np.random.Generator, problem: Mapping, templates: str = "compact", *,
-                draft_tokens: int = 96, tail_tokens: int = 48, false_rate: float = 0.15, **_) -> dict:
+                draft_tokens: int = 128, tail_tokens: int = 56, false_rate: float = 0.15, **_) -> dict:
     """A pairwise judge trace with no reasoning (V1 §3): two quoted drafts, then the forced
     rating tags (`prompts.FORCED_PREFIXES`): 10 for a draft whose answer checks, else 1.
     Returns {id, prompt, response, candidates, correct}."""
