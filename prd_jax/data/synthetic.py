@@ -593,10 +593,11 @@ def register_sft_task(name: str, seed: int, num_train: int, num_eval: int, diffi
     _check_int("num_eval", num_eval, 0)
     _difficulties(difficulty)
     _check_family(family)
-    unknown = set(fractions) - {"pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction"}
+    allowed = ["pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction"]
+    allowed += list(preimage.TRACE_DEFAULTS) if family == preimage.FAMILY else []
+    unknown = set(fractions) - set(allowed)
     if unknown:
-        raise ValueError(f"unknown trace settings {sorted(unknown)}; allowed: pdr_fraction, pdr_k, "
-                         "sr_fraction, judge_fraction")
+        raise ValueError(f"unknown trace settings {sorted(unknown)} for family {family!r}; allowed: {allowed}")
     splits = ("train", "validation") if num_eval else ("train",)
     return _register_rows_task(name, splits, lambda: sft_split_rows(seed, num_train, num_eval, difficulty,
                                                                     family, templates, **fractions))
