@@ -35,14 +35,14 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
 # Per-task settings (a demo config field left None takes these). preimage: drafts of `budget`
 # tokens (about 2.5 tries), a refine over all four drafts quoted by their last `tail` tokens
-# (a draft's last line: its "ok" answer, or the try it was cut in), Long-CoT from under one try to past the whole
+# (a finished draft's "ok" and its boxed x; a cut draft's last partial try), Long-CoT from under one try to past the whole
 # search; modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
-    "preimage": dict(difficulty=(2, 3), sft_steps=300, num_train=1500, budget=128,
-                     long_cot_budgets=(64, 128, 192, 256, 384, 512), rl_budget=192, k=4, tail=56,
-                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.75", "--config.data.pdr_k=4",
+    "preimage": dict(difficulty=(3, 4), sft_steps=300, num_train=4000, budget=128,
+                     long_cot_budgets=(64, 128, 192, 256, 384, 512), rl_budget=192, k=4, tail=32,
+                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5", "--config.data.pdr_k=4",
                           "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25",
-                          "--config.data.draft_tokens=128", "--config.data.tail_tokens=56"]),
+                          "--config.data.draft_tokens=128", "--config.data.tail_tokens=32"]),
     "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, long_cot_budgets=(32, 64, 128),
                      rl_budget=64, k=2, tail=None, sft=[]),
 }

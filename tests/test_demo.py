@@ -33,7 +33,7 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
     assert results["task"] == "preimage" and results["long_cot_budgets"] == [8, 16, 32]
     assert list(results["tables"]) == list(CHECKPOINTS)
     assert results["steps"] == {"sft": 4, "rl_baseline": 1, "rl_pdr": 1}
-    assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"2", "3"}
+    assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"3", "4"}
     assert [(c["id"], c["checkpoint"]) for c in results["claims"]] == (
         [("rl_vs_sft", "rl_baseline")] + [("pdr_vs_long_cot", r) for r in CHECKPOINTS]
         + [("best_of_n_v1_vs_long_cot", r) for r in CHECKPOINTS] + [("pdr_rl_vs_rl", "rl_pdr")])

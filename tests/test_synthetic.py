@@ -353,7 +353,7 @@ def test_hand_example():
 
 @pytest.mark.parametrize("seed,modulus", [(0, 10), (1, 12), (2, 7), (3, 31)])
 def test_solver_matches_brute_force(seed, modulus):
-    for p in pre.generate(60, seed, (1, 2, 3), modulus):
+    for p in pre.generate(60, seed, (1, 2, 3, 4), modulus):
         spec = pre.parse_problem(p["problem"])
         assert pre.solutions(p["problem"]) == _brute(spec)
         assert p["answer"] == str(min(_brute(spec)))
@@ -394,14 +394,22 @@ def test_solve_trace_parses_back():
 def test_refine_checks_the_workspace_first():
     rng = np.random.default_rng(0)
     p = {"problem": "Find x. Work mod 10. Apply +3, *2, ^2. End at 6."}
-    wrong, right = "x=3: 1+1=2->2 vs 6 ok", "x=2: 2+3=5->5 vs 6 no\nx=9: 9+3=12->2 vs 6 ok"
+    wrong, right = "x=3: ...\n\\boxed{3}", "\\boxed{9}"
     resp = pre.refine_response(rng, p, [wrong, "no answer", wrong, right])
     assert pre.parse_tries(resp) == [(3, False), (9, True)]
     assert pre.final_answer(resp) == "9"
-    resp = pre.refine_response(rng, p, [wrong, "x=1: 1+3=4 vs 6 ok"])  # no candidate passes: fresh tries
+    resp = pre.refine_response(rng, p, [wrong, "\\boxed{1}"])  # no candidate passes: fresh tries
     tries = pre.parse_tries(resp)
     assert tries[:2] == [(3, False), (1, False)] and tries[-1][1] and len({x for x, _ in tries}) == len(tries)
     assert pre.check(p["problem"], pre.final_answer(resp))
+
+
+def test_chains_have_one_order_and_distinct_kinds():
+    for p in pre.generate(100, 9, (1, 2, 3, 4)):
+        kinds = tuple(op for op, _ in pre.parse_problem(p["problem"]).ops)
+        assert kinds == pre.CHAINS[p["difficulty"]] and len(set(kinds)) == len(kinds)
+    with pytest.raises(ValueError, match="length=5"):
+        pre.generate(1, 0, 5)
 
 
 def test_bad_input_is_named():
@@ -425,12 +433,12 @@ def test_drafts_are_cut_at_the_budget_and_slips_fail_the_check():
     for p in pre.generate(40, 2, (2, 3)):
         full = pre.draft(rng, p, 10_000)
         assert _consistent(p, full) and pre.check(p["problem"], pre.final_answer(full))
-        cut = pre.draft(rng, p, 96)
-        assert len(cut) == 96 or (len(cut) < 96 and pre.check(p["problem"], pre.final_answer(cut)))
+        cut = pre.draft(rng, p, 128)
+        assert len(cut) == 128 or (len(cut) < 128 and pre.check(p["problem"], pre.final_answer(cut)))
         slip = pre.draft(rng, p, 10_000, false_rate=1.0)
         if len(p["solutions"].split(",")) < p["modulus"]:  # some x fails, so a slip exists
             x = pre.final_answer(slip)
-            assert slip.splitlines()[-1].endswith(" ok") and not pre.check(p["problem"], x)
+            assert slip.splitlines()[-2].endswith(" ok") and not pre.check(p["problem"], x)
             assert pre.try_line(pre.parse_problem(p["problem"]), int(x)).endswith(" no")
     assert pre.quote("abcdef", 4) == "cdef" and pre.quote("ab", 4) == "ab"
 
@@ -439,8 +447,8 @@ def test_refine_and_judge_traces_parse_back():
     rng = np.random.default_rng(4)
     ignored = 0
     for p in pre.generate(60, 3, (2, 3)):
-        row = pre.refine_trace(rng, p, 4, draft_tokens=96, tail_tokens=48, refine_ignore=0.35, false_rate=0.15)
-        assert len(row["candidates"]) == 4 and all(len(c) <= 48 and c in row["prompt"] for c in row["candidates"])
+        row = pre.refine_trace(rng, p, 4, draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15)
+        assert len(row["candidates"]) == 4 and all(len(c) <= 32 and c in row["prompt"] for c in row["candidates"])
         assert row["prompt"].startswith("Refine: " + p["problem"] + "\n#1\n")
         assert _consistent(p, row["response"]) and pre.check(p["problem"], pre.final_answer(row["response"]))
         answers = []
@@ -478,8 +486,8 @@ def test_preimage_task_grades_any_valid_x():
     task = get_task("preimage")
     for row in task.problems(limit=20):
         valid = {int(s) for s in row["solutions"].split(",")}
-        for x in range(25):  # the claim "ok" is re-checked: only valid x (any representative mod m) pass
-            g = task.grade(row, f"x={x}: 1+1=2->2 vs 2 no\nx={x}: 1+1=2->2 vs 2 ok")
+        for x in range(25):  # the boxed x is re-checked: only valid x (any representative mod m) pass
+            g = task.grade(row, f"x={x}: 1+1=2->2 vs 2 ok\n\\boxed{{{x}}}")
             assert g["correct"] == (x % row["modulus"] in valid) and g["parsed"] and g["answer"] == str(x)
-        assert task.grade(row, "x=1: no")["parsed"] is False
+        assert task.grade(row, "x=1: 1+1=2->2 vs 2 ok")["parsed"] is False
         assert task.row_for_key(task.gold_key(row), {})["problem"] == row["problem"]

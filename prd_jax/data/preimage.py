@@ -13,11 +13,11 @@ Traces (one line per tried x; `ok` when the chain ends at the target, else `no`)
 
     x=3: 3+3=6->6 6*2=12->2 2^2=4->4 vs 6 no
     x=4: 4+3=7->7 7*2=14->4 4^2=16->6 vs 6 ok
+    \\boxed{4}
 
-The answer is the x of the last line that ends "ok" (`final_answer`); there is no
-`\\boxed{}`: a boxed copy would be one more retrieval for a small model, and in a refine
-call it competes with the workspace's answers. A line's "ok" is the model's claim; grading
-re-checks the x (`check`).
+The answer is the last `\\boxed{}` (`final_answer`). A line's "ok" is the model's claim;
+grading re-checks the boxed x (`check`). (A variant without the box, the answer being the x
+of the last "ok" line, trained worse on this model: README "What you should see".)
 
 - `solve_response`: tries x from a random start upwards (mod m, no repeats) and stops at
   the first that passes (a Long-CoT guess-and-check trace; the failed tries are what a
@@ -38,9 +38,10 @@ workspace and searches afresh; and a pairwise judge trace rating each quoted dra
 its answer checks, else 1 (V1 §3). Imports numpy, the standard library and the JAX-free
 `prd_jax.prompts`.
 
-Difficulty knobs: the chain length and the modulus (default 13: a prime, so `+a`, `*b` are
-bijections and `^2` makes two preimages of each nonzero square; length 3 has 12 x 11 x 7 =
-924 distinct problems, so a 1,500-problem training draw leaves hundreds unseen).
+Difficulty knobs: the chain length (1..4: `^2`; `+a, ^2`; `+a, ^2, *b`; `+a, ^2, *b, -c`) and
+the modulus (default 11: a prime, so `+a`, `*b`, `-c` are bijections and `^2` makes two
+preimages of each nonzero square). Length 4 has about 10 x 9 x 10 x 6 = 5,400 distinct
+problems, so a 4,000-problem training draw leaves thousands unseen.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ __all__ = ["FAMILY", "Spec", "make_problem", "generate", "parse_problem", "forwa
            "quote", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS"]
 
 FAMILY = "preimage"
-OPS = ("+", "*", "^")
+OPS = ("+", "*", "^", "-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _check_int(name: str, value, low: int) -> int:
 
 
 def _apply(value: int, op: str, a: int) -> int:
-    return value + a if op == "+" else value * a if op == "*" else value ** 2
+    return value + a if op == "+" else value - a if op == "-" else value * a if op == "*" else value ** 2
 
 
 def forward(spec: Spec, x: int) -> tuple[list, int]:
@@ -97,7 +98,7 @@ def _text(spec: Spec) -> str:
     return f"Find x. Work mod {spec.modulus}. Apply {ops}. End at {spec.target}."
 
 
-CHAINS = {1: ("^",), 2: ("+", "^"), 3: ("+", "^", "*")}  # the operation kinds of each chain length, in order
+CHAINS = {1: ("^",), 2: ("+", "^"), 3: ("+", "^", "*"), 4: ("+", "^", "*", "-")}  # kinds per chain length, in order
 
 
 def _random_ops(rng: np.random.Generator, length: int, m: int) -> tuple:
@@ -109,7 +110,7 @@ def _random_ops(rng: np.random.Generator, length: int, m: int) -> tuple:
     return tuple((op, 2 if op == "^" else int(rng.integers(2 if op == "*" else 1, m))) for op in CHAINS[length])
 
 
-def make_problem(rng: np.random.Generator, length: int, modulus: int = 13, id: Optional[str] = None) -> dict:
+def make_problem(rng: np.random.Generator, length: int, modulus: int = 11, id: Optional[str] = None) -> dict:
     """{id, problem, answer, solution, difficulty, family, modulus, solutions ("1,5": every
     solution in 0..m-1, a string so that rows stay rectangular for seqio)}: a chain of
     `length` operations from a random x; the target is where that x lands, so a solution exists.
@@ -128,7 +129,7 @@ def make_problem(rng: np.random.Generator, length: int, modulus: int = 13, id: O
             "modulus": modulus, "solutions": ",".join(str(s) for s in sols)}
 
 
-def generate(n: int, seed: int, length, modulus: int = 13) -> list:
+def generate(n: int, seed: int, length, modulus: int = 11) -> list:
     """`n` problems from `np.random.default_rng(seed)`; ids "preimage-s{seed}-{i:06d}"; a
     sequence `length` draws each problem's chain length uniformly from it."""
     n, seed = _check_int("n", n, 0), _check_int("seed", seed, 0)
@@ -140,8 +141,8 @@ def generate(n: int, seed: int, length, modulus: int = 13) -> list:
             for i in range(n)]
 
 
-_PROBLEM_RE = re.compile(r"Find x\. Work mod (\d+)\. Apply ((?:(?:[+*]\d+|\^2), )*(?:[+*]\d+|\^2))\. End at (\d+)\.")
-_OP_RE = re.compile(r"([+*])(\d+)|\^2")
+_PROBLEM_RE = re.compile(r"Find x\. Work mod (\d+)\. Apply ((?:(?:[-+*]\d+|\^2), )*(?:[-+*]\d+|\^2))\. End at (\d+)\.")
+_OP_RE = re.compile(r"([-+*])(\d+)|\^2")
 
 
 def parse_problem(text: str) -> Spec:
@@ -197,17 +198,20 @@ def parse_tries(text: str) -> list:
     return [(int(t.group(1)), t.group(4) == "ok") for t in map(_TRY_RE.fullmatch, text.splitlines()) if t]
 
 
+_BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
 def final_answer(text: str) -> Optional[str]:
-    """The x of the last try line that ends "ok" (as text); None if no line claims a pass."""
-    passed = [x for x, ok in parse_tries(text) if ok] if isinstance(text, str) else []
-    return str(passed[-1]) if passed else None
+    """Content of the last `\\boxed{...}`, stripped; None if there is none."""
+    found = _BOXED_RE.findall(text) if isinstance(text, str) else []
+    return found[-1].strip() if found else None
 
 
 def _search(spec: Spec, order: Sequence[int], lines: list) -> str:
     for x in order:
         lines.append(try_line(spec, x))
         if lines[-1].endswith(" ok"):
-            return "\n".join(lines)
+            return "\n".join(lines + [f"\\boxed{{{x}}}"])
     raise AssertionError("unreachable: every problem has a solution in 0..m-1")
 
 
@@ -240,20 +244,20 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
         checked.append(x)
         lines.append(try_line(spec, x))
         if lines[-1].endswith(" ok"):
-            return "\n".join(lines)
+            return "\n".join(lines + [f"\\boxed{{{x}}}"])
     return _search(spec, _scan(rng, spec.modulus, checked), lines)
 
 
 # ---------------------------------------------------------------- SFT traces (module docstring)
 
-TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=56, refine_ignore=0.35, false_rate=0.15)
+TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15)
 
 
 def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: float = 0.0) -> str:
     """A draft as a `budget`-token call leaves it (one character is one token; the stop token
     counts): a guess-and-check trace, cut at `budget` characters when it does not fit; with
     probability `false_rate`, a slip instead: the tries up to a failing x, whose line ends "ok"
-    (the answer)."""
+    (boxed)."""
     spec = parse_problem(problem["problem"])
     if rng.random() < false_rate:
         wrong = [x for x in range(spec.modulus) if not try_line(spec, x).endswith(" ok")]
@@ -261,7 +265,7 @@ def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: f
             tries = [int(x) for x in rng.permutation(wrong)[:int(rng.integers(1, min(3, len(wrong)) + 1))]]
             lines = [try_line(spec, x) for x in tries]
             lines[-1] = lines[-1][:-len(" no")] + " ok"
-            text = "\n".join(lines)
+            text = "\n".join(lines + [f"\\boxed{{{tries[-1]}}}"])
             return text if len(text) < budget else text[:budget]
     text = solve_response(rng, problem)
     return text if len(text) < budget else text[:budget]
@@ -277,7 +281,7 @@ def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate) -> list:
 
 
 def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: str = "compact", *,
-                 draft_tokens: int = 128, tail_tokens: int = 56, refine_ignore: float = 0.35,
+                 draft_tokens: int = 128, tail_tokens: int = 32, refine_ignore: float = 0.35,
                  false_rate: float = 0.15) -> dict:
     """A PDR refine trace (§3.1): the set's `pdr_topk` prompt over `k` quoted drafts, then
     `refine_response` (or, with probability `refine_ignore`, a fresh `solve_response`).
@@ -291,7 +295,7 @@ def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: 
 
 
 def judge_trace(rng: np.random.Generator, problem: Mapping, templates: str = "compact", *,
-                draft_tokens: int = 128, tail_tokens: int = 56, false_rate: float = 0.15, **_) -> dict:
+                draft_tokens: int = 128, tail_tokens: int = 32, false_rate: float = 0.15, **_) -> dict:
     """A pairwise judge trace with no reasoning (V1 §3): two quoted drafts, then the forced
     rating tags (`prompts.FORCED_PREFIXES`): 10 for a draft whose answer checks, else 1.
     Returns {id, prompt, response, candidates, correct}."""

@@ -59,7 +59,7 @@ __all__ = ["FAMILIES", "DEFAULT_MODULUS", "Spec", "make_problem", "generate", "h
            "CharVocab"]
 
 FAMILIES = ("modchain", "modinverse", preimage.FAMILY)
-DEFAULT_MODULUS = {"modchain": 10, "modinverse": 11, preimage.FAMILY: 13}
+DEFAULT_MODULUS = {"modchain": 10, "modinverse": 11, preimage.FAMILY: 11}
 Difficulty = Union[int, Sequence[int]]
 
 

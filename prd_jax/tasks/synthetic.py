@@ -1,7 +1,7 @@
 """Synthetic families (`prd_jax.data.synthetic`): `modchain` and `modinverse`, graded like math
 (boxed final answer, exact equivalence), and `preimage` (issue 15's search task,
-`data.preimage`), graded by the forward check: the answer is the x of the last try line
-that claims "ok", and it is correct when its chain really ends at the target (any such x). Prompts use the "compact" template set the tiny demo models are trained
+`data.preimage`), graded by the forward check: the boxed x is correct when its chain
+really ends at the target (any such x, not only the gold one). Prompts use the "compact" template set the tiny demo models are trained
 on. `problems` draws them deterministically (`synthetic.generate`, seed 0 for "train" and 1
 for "test"), so they need no data dir.
 """
@@ -43,12 +43,12 @@ class SyntheticTask(_Draws, MathTask):
 
 @dataclasses.dataclass(frozen=True)
 class PreimageTask(_Draws, Task):
-    """The preimage search family: reward 1 when the answer x (`preimage.final_answer`)
+    """The preimage search family: reward 1 when the boxed x (`preimage.final_answer`)
     passes `preimage.check` (any valid x, not only the gold one); majority voting groups on x; the
     in-graph gold key is the problem text itself, so the oracle checks without a lookup."""
 
     family: str = preimage.FAMILY
-    difficulty: tuple = (2, 3)
+    difficulty: tuple = (3, 4)
     num_problems: int = 512
     templates: str = "compact"
 
@@ -62,7 +62,10 @@ class PreimageTask(_Draws, Task):
 
     def answer_key(self, completion: str) -> Optional[str]:
         answer = self.extract(completion)
-        return None if answer is None else str(int(answer))
+        try:
+            return None if answer is None else str(int(answer))
+        except ValueError:
+            return answer
 
     def gold_key(self, row: dict) -> str:
         return str(row["problem"])
