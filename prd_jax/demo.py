@@ -53,8 +53,9 @@ def _config(name: str, overrides: list):
 
 
 def resolve(demo) -> ml_collections.ConfigDict:
-    """`demo` with quick overrides applied and every None field filled from `PRESETS[demo.task]`;
-    raises naming `task` and the allowed tasks."""
+    """`demo` with quick overrides applied and every None field filled from `PRESETS[demo.task]`
+    (idempotent: the stage and eval builders resolve what they are given); raises naming
+    `task` and the allowed tasks."""
     if demo.task not in PRESETS:
         raise ValueError(f"config.task={demo.task!r}; the demo runs {sorted(PRESETS)}")
     out = demo.to_dict()
@@ -79,7 +80,8 @@ def _pdr_fields(demo) -> dict:
 
 
 def stage_configs(demo, workdir: str) -> dict:
-    """The three training configs the demo runs (resolved, with its overrides); `demo` resolved."""
+    """The three training configs the demo runs (resolved, with its overrides)."""
+    demo = resolve(demo)
     quick = QUICK_MODEL if demo.quick else []
     common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
               f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
@@ -109,6 +111,7 @@ def training_texts(configs: dict) -> set:
 def eval_operators(demo) -> dict:
     """{name: operator entry}: Long-CoT at each budget ("long_cot@B"), the PDR round and V1
     best-of-4 with the pairwise tournament (zero reasoning tokens per judgement)."""
+    demo = resolve(demo)
     pdr = _pdr_fields(demo)
     quoted = {k: pdr[k] for k in ("max_new_tokens", "candidate_max_tokens", "truncation_head")}
     ops = {f"long_cot@{b}": dict(type="long_cot", max_new_tokens=b) for b in demo.long_cot_budgets}
@@ -118,6 +121,7 @@ def eval_operators(demo) -> dict:
 
 
 def eval_config(demo, templates: str = "compact"):
+    demo = resolve(demo)
     c = ml_collections.ConfigDict()
     c.dataset, c.task, c.model, c.seed = "synthetic", demo.task, "tiny", demo.seed
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
@@ -185,6 +189,7 @@ def _correct_by_problem(workdir: str, run: str, label: str) -> tuple[dict, float
 def matched_long_cot(workdir: str, run: str, demo, b_seq: float) -> str:
     """The Long-CoT budget of `run` whose mean B_seq is closest to `b_seq` without exceeding it
     (PDR §4: comparisons at matched sequential budget); the smallest budget when all exceed it."""
+    demo = resolve(demo)
     labels = _labels(demo)
     means = {b: _correct_by_problem(workdir, run, labels[f"long_cot@{b}"])[1] for b in demo.long_cot_budgets}
     under = [b for b in demo.long_cot_budgets if means[b] <= b_seq]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from prd_jax.config_io import apply_overrides, load_config
-from prd_jax.data import chat_traces, paths, seqio_rows, sft, synthetic
+from prd_jax.data import chat_traces, paths, preimage, seqio_rows, sft, synthetic
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SFT_TINY = os.path.join(ROOT, "configs", "sft", "tiny.py")
@@ -125,6 +125,12 @@ def _numpy_sft_examples(config, tokenizer):
     for n, seed in ((data.num_train, config.seed), (data.num_eval, config.seed + 10_000)):
         rows = []
         for p in synthetic.generate(n, seed, tuple(data.difficulty), family=data.get("family", "modchain")):
+            if p["family"] == "preimage":  # its own trace builder (drafts quoted as the eval quotes them)
+                knobs = {k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None}
+                rows += preimage.sft_traces(rng, p, pdr_fraction=data.pdr_fraction, pdr_k=data.pdr_k,
+                                            sr_fraction=data.get("sr_fraction", 0.0),
+                                            judge_fraction=data.get("judge_fraction", 0.0), templates=templates, **knobs)
+                continue
             rows.append(synthetic.solve_example(p, templates))
             if rng.random() < data.pdr_fraction:
                 rows.append(synthetic.pdr_trace(rng, p, data.pdr_k, int(rng.integers(0, data.pdr_k + 1)), templates))
