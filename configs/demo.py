@@ -39,10 +39,10 @@ def get_config(arg=None):
     c.sft_steps = None
     c.budget = None  # per-call generation budget of PDR and best-of-N calls
     c.long_cot_budgets = None  # Long-CoT budgets: >= 3, bracketing PDR's mean B_seq
-    c.rl_steps = 32
+    c.rl_steps = 24
     c.rl_learning_rate = 1e-4
     c.eval_problems = 256
-    c.eval_batch = 32
+    c.eval_batch = 64
     c.eval_temperature = 1.0  # drafts need diversity; every operator samples at this temperature
     c.num_train = None  # SFT problems (each with its traces) and RL prompts
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values

@@ -38,8 +38,8 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 # (a finished draft's "ok" and its boxed x; a cut draft's last partial try), Long-CoT from under one try to past the whole
 # search; modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
-    "preimage": dict(difficulty=(3, 4), sft_steps=300, num_train=4000, budget=128,
-                     long_cot_budgets=(64, 128, 192, 256, 384, 512), rl_budget=192, k=4, tail=32,
+    "preimage": dict(difficulty=(3, 4), sft_steps=280, num_train=4000, budget=128,
+                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=32,
                      sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5", "--config.data.pdr_k=4",
                           "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25",
                           "--config.data.draft_tokens=128", "--config.data.tail_tokens=32"]),
