@@ -491,3 +491,18 @@ def test_preimage_task_grades_any_valid_x():
             assert g["correct"] == (x % row["modulus"] in valid) and g["parsed"] and g["answer"] == str(x)
         assert task.grade(row, "x=1: 1+1=2->2 vs 2 ok")["parsed"] is False
         assert task.row_for_key(task.gold_key(row), {})["problem"] == row["problem"]
+
+
+def test_the_task_has_the_gap_the_demo_relies_on():
+    """Executed without error, the taught traces give PDR a clear lead over Long-CoT at matched
+    B_seq (the budget whose mean B_seq is closest without exceeding PDR's), and a refine that
+    ignores its workspace 35% of the time loses most of it (the room left to operator RL)."""
+    for seed in (0, 1):
+        probs = pre.generate(300, 100 + seed, (3, 4))
+        r = pre.ideal_rates(probs, np.random.default_rng(seed))
+        pdr_acc, pdr_seq = r["pdr"]
+        matched = max((v for k, v in r.items() if k.startswith("long_cot") and v[1] <= pdr_seq), key=lambda v: v[1])
+        assert pdr_acc - matched[0] > 0.12, (r, matched)
+        assert r["long_cot@512"][0] > 0.95 and r["best_of_n"][0] > r["long_cot@128"][0] + 0.3
+        lazy = pre.ideal_rates(probs, np.random.default_rng(seed), refine_ignore=0.35)["pdr"][0]
+        assert pdr_acc - lazy > 0.1

@@ -57,7 +57,7 @@ from prd_jax import prompts
 
 __all__ = ["FAMILY", "Spec", "make_problem", "generate", "parse_problem", "forward", "solutions",
            "check", "try_line", "parse_tries", "solve_response", "refine_response", "final_answer", "draft",
-           "quote", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS"]
+           "quote", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS", "ideal_rates"]
 
 FAMILY = "preimage"
 OPS = ("+", "*", "^", "-")
@@ -333,3 +333,33 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
     if rng.random() < judge_fraction:
         rows.append(judge_trace(rng, problem, templates, **kw))
     return rows
+
+
+def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts: int = 4, budget: int = 128,
+                tail_tokens: int = 32, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
+                refine_ignore: float = 0.0) -> dict:
+    """What the mechanism predicts (README "What you should see"): the taught traces executed
+    without error, cut at the demo's budgets (one character is one token, the stop token
+    counts). Returns {name: (accuracy, mean B_seq)} for "long_cot@B", "pdr" (one round:
+    `drafts` drafts of `budget` tokens, all quoted by their last `tail_tokens`, one refine of
+    `budget`; B_seq = the first quoted draft + the refine, PDR §3.1) and "best_of_n" with a
+    perfect judge (B_seq = one draft; judge tokens not counted)."""
+    def cut(text, b):
+        return text if len(text) < b else text[:b]
+
+    def right(problem, text):
+        return check(problem["problem"], final_answer(text))
+
+    out = {f"long_cot@{b}": [] for b in long_cot_budgets}
+    out.update(pdr=[], best_of_n=[])
+    for p in problems:
+        full = solve_response(rng, p)
+        for b in long_cot_budgets:
+            out[f"long_cot@{b}"].append((right(p, cut(full, b)), min(len(full) + 1, b)))
+        ds = [cut(solve_response(rng, p), budget) for _ in range(drafts)]
+        ws = [quote(ds[i], tail_tokens) for i in rng.permutation(drafts)]
+        refine = solve_response(rng, p) if rng.random() < refine_ignore else refine_response(rng, p, ws)
+        first = min(len(ds[0]) + 1, budget)
+        out["pdr"].append((right(p, cut(refine, budget)), first + min(len(refine) + 1, budget)))
+        out["best_of_n"].append((any(right(p, d) for d in ds), first))
+    return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))) for k, v in out.items()}
