@@ -34,15 +34,15 @@ QUICK_MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.i
 CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
 # Per-task settings (a demo config field left None takes these). preimage: drafts of `budget`
-# tokens (about 2.5 tries), a refine over all four drafts quoted by their last `tail` tokens
-# (a finished draft's "ok" and its boxed x; a cut draft's last partial try), Long-CoT from under one try to past the whole
-# search; modchain (the control): the settings the demo used before issue 15.
+# tokens (about two tries), a refine over all four drafts quoted by their last `tail` tokens (a
+# finished draft's "ok" line end and its box; a cut draft's partial try), the SFT drafts cut and
+# quoted the same way (`stage_configs`), Long-CoT from one try to past the whole search.
+# modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
     "preimage": dict(difficulty=(3, 4), sft_steps=280, num_train=4000, budget=128,
                      long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=32,
                      sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5", "--config.data.pdr_k=4",
-                          "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25",
-                          "--config.data.draft_tokens=128", "--config.data.tail_tokens=32"]),
+                          "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
     "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, long_cot_budgets=(32, 64, 128),
                      rl_budget=64, k=2, tail=None, sft=[]),
 }
@@ -85,7 +85,8 @@ def stage_configs(demo, workdir: str) -> dict:
     quick = QUICK_MODEL if demo.quick else []
     common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
               f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
-    sft = _config("sft/tiny.py", common + list(demo.sft) + quick + [
+    drafts = [f"--config.data.draft_tokens={demo.budget}", f"--config.data.tail_tokens={demo.tail}"] if demo.tail else []
+    sft = _config("sft/tiny.py", common + list(demo.sft) + drafts + quick + [
         f"--config.steps={demo.sft_steps}", f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
         f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}", f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
     rl = ["--config.rl.max_prompt_tokens=384", f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",

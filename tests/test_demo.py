@@ -141,3 +141,8 @@ def test_resolve_fills_presets_and_names_bad_fields():
     assert {n: c.seed for n, c in seeded[7].items()} == {n: 7 for n in CHECKPOINTS}
     assert seeded[0]["sft"].data.family == "preimage" and seeded[0]["rl_pdr"].rl.operator.k == 4
     assert eval_config(resolve(ml_collections.ConfigDict(dict(base.to_dict(), seed=7)))).seed == 7
+    # the SFT drafts are cut and quoted exactly as the eval's PDR round cuts and quotes its drafts
+    pdr = next(op for op in eval_config(d).operators if op["type"] == "pdr")
+    sft = seeded[0]["sft"].data
+    assert (sft.draft_tokens, sft.tail_tokens, sft.pdr_k) == (pdr["max_new_tokens"], pdr["candidate_max_tokens"], pdr["k"])
+    assert pdr["truncation_head"] == 0
