@@ -252,10 +252,10 @@ def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: l
              f"difficulty counts {held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget "
              f"{demo.budget}; Long-CoT budgets {list(demo.long_cot_budgets)}.", ""]
     lines += ["## Claims (A beats B, paired on the same problems, k=1)", "", claims_table(claims), ""]
-    combined = []
+    combined, short = [], {label: op for op, label in _labels(demo).items()}  # "long_cot@128", "pdr", ...
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
-        combined += [dict(t, operator=f"{name}:{_short(t['operator'])}") for t in table]
+        combined += [dict(t, operator=f"{name}:{short.get(t['operator'], t['operator'])}") for t in table]
     fileio.write_text(os.path.join(workdir, "results.md"), "\n".join(lines))
     fileio.write_text(os.path.join(workdir, "results.json"), json.dumps(
         {"task": demo.task, "seed": demo.seed, "validation": bool(demo.validation), "pdr": _pdr_fields(demo),
@@ -265,8 +265,3 @@ def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: l
     pareto_plot(combined, os.path.join(workdir, "pareto.png"), f"demo ({demo.task}): accuracy vs budget per checkpoint")
     print("\n".join(lines))
 
-
-def _short(label: str) -> str:
-    """"long_cot(budget=128)" -> "long_cot@128"; other labels -> their operator type."""
-    kind = label.split("(")[0]
-    return f"{kind}@{label.split('budget=')[1].rstrip(')')}" if kind == "long_cot" and "budget=" in label else kind

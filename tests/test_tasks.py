@@ -70,6 +70,22 @@ def test_register_a_user_task_and_refuse_a_silent_duplicate():
         TASKS.pop("test_upper", None)
 
 
+def test_a_task_missing_a_method_is_refused_at_registration():
+    @dataclasses.dataclass(frozen=True)
+    class NoKey(Task):
+        def extract(self, completion):
+            return completion
+
+        def grade(self, row, completion):
+            return {"reward": 1.0, "correct": True, "parsed": True}
+
+    with pytest.raises(ValueError, match=r"task 'test_nokey' \(NoKey\) does not define \['answer_key'\]"):
+        register_task(NoKey("test_nokey"))
+    with pytest.raises(ValueError, match=r"does not define \['extract', 'grade', 'answer_key'\]"):
+        register_task(Task("test_bare"))
+    assert "test_nokey" not in TASKS and "test_bare" not in TASKS
+
+
 def test_options_validate_field_names_and_reward_modes():
     he = get_task("humaneval")
     assert he.options(reward_mode="all_pass").reward_mode == "all_pass"

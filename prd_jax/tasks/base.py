@@ -107,6 +107,7 @@ class Task:
 
 
 TASKS: dict = {}
+ABSTRACT_METHODS = ("extract", "grade", "answer_key")  # every registered task defines these (register_task checks)
 
 
 def register_task(task: Task, *, replace: bool = False) -> Task:
@@ -116,6 +117,10 @@ def register_task(task: Task, *, replace: bool = False) -> Task:
         raise TypeError(f"register_task expects a Task, got {type(task).__name__}")
     if not task.name or not isinstance(task.name, str):
         raise ValueError(f"Task.name={task.name!r}; must be a non-empty string")
+    missing = [m for m in ABSTRACT_METHODS if getattr(type(task), m) is getattr(Task, m)]
+    if missing:
+        raise ValueError(f"task {task.name!r} ({type(task).__name__}) does not define {missing}; a task subclasses "
+                         f"Task and defines {list(ABSTRACT_METHODS)} (README \"Adding a task\")")
     if task.name in TASKS and not replace and TASKS[task.name] is not task:
         raise ValueError(f"task {task.name!r} is already registered; pass replace=True to override it")
     TASKS[task.name] = task
