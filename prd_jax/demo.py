@@ -39,10 +39,11 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 # quoted the same way (`stage_configs`), Long-CoT from one try to past the whole search.
 # modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
-    "preimage": dict(difficulty=(3, 4), sft_steps=280, num_train=4000, budget=128,
-                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=32,
-                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5", "--config.data.pdr_k=4",
-                          "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
+    "preimage": dict(difficulty=(3, 4), sft_steps=560, num_train=4000, budget=128,
+                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=12,
+                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=1.0", "--config.data.pdr_k=4",
+                          "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25",
+                          "--config.data.refine_ignore=0.25"]),
     "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, long_cot_budgets=(32, 64, 128),
                      rl_budget=64, k=2, tail=None, sft=[]),
 }

@@ -395,10 +395,10 @@ def test_refine_checks_the_workspace_first():
     rng = np.random.default_rng(0)
     p = {"problem": "Find x. Work mod 10. Apply +3, *2, ^2. End at 6."}
     wrong, right = "x=3: ...\n\\boxed{3}", "\\boxed{9}"
-    resp = pre.refine_response(rng, p, [wrong, "no answer", wrong, right])
+    resp = pre.refine_response(rng, p, [right, "no answer", wrong, wrong])  # the last-quoted first
     assert pre.parse_tries(resp) == [(3, False), (9, True)]
     assert pre.final_answer(resp) == "9"
-    resp = pre.refine_response(rng, p, [wrong, "\\boxed{1}"])  # no candidate passes: fresh tries
+    resp = pre.refine_response(rng, p, ["\\boxed{1}", wrong])  # no candidate passes: fresh tries
     tries = pre.parse_tries(resp)
     assert tries[:2] == [(3, False), (1, False)] and tries[-1][1] and len({x for x, _ in tries}) == len(tries)
     assert pre.check(p["problem"], pre.final_answer(resp))
@@ -447,19 +447,19 @@ def test_refine_and_judge_traces_parse_back():
     rng = np.random.default_rng(4)
     ignored = 0
     for p in pre.generate(60, 3, (2, 3)):
-        row = pre.refine_trace(rng, p, 4, draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15)
-        assert len(row["candidates"]) == 4 and all(len(c) <= 32 and c in row["prompt"] for c in row["candidates"])
+        row = pre.refine_trace(rng, p, 4, draft_tokens=128, tail_tokens=12, refine_ignore=0.35, false_rate=0.15)
+        assert len(row["candidates"]) == 4 and all(len(c) <= 12 and c in row["prompt"] for c in row["candidates"])
         assert row["prompt"].startswith("Refine: " + p["problem"] + "\n#1\n")
         assert _consistent(p, row["response"]) and pre.check(p["problem"], pre.final_answer(row["response"]))
         answers = []
-        for c in row["candidates"]:
+        for c in reversed(row["candidates"]):
             a = pre.final_answer(c)
             if a is not None and int(a) % p["modulus"] not in answers:
                 answers.append(int(a) % p["modulus"])
         tried = [x for x, _ in pre.parse_tries(row["response"])]
         if row["ignored"]:
             ignored += 1
-        else:  # the workspace's answers are checked first, in order, up to the first that passes
+        else:  # the workspace's answers are checked first, last-quoted first, up to the first that passes
             first_ok = next((i for i, x in enumerate(answers) if pre.check(p["problem"], str(x))), None)
             expect = answers if first_ok is None else answers[:first_ok + 1]
             assert tried[:len(expect)] == expect
@@ -496,7 +496,7 @@ def test_preimage_task_grades_any_valid_x():
 def test_the_task_has_the_gap_the_demo_relies_on():
     """Executed without error, the taught traces give PDR a clear lead over Long-CoT at matched
     B_seq (the budget whose mean B_seq is closest without exceeding PDR's), and a refine that
-    ignores its workspace 35% of the time loses most of it (the room left to operator RL)."""
+    ignores its workspace at the SFT mix's rate loses much of it (the room left to operator RL)."""
     for seed in (0, 1):
         probs = pre.generate(300, 100 + seed, (3, 4))
         r = pre.ideal_rates(probs, np.random.default_rng(seed))
@@ -504,5 +504,6 @@ def test_the_task_has_the_gap_the_demo_relies_on():
         matched = max((v for k, v in r.items() if k.startswith("long_cot") and v[1] <= pdr_seq), key=lambda v: v[1])
         assert pdr_acc - matched[0] > 0.12, (r, matched)
         assert r["long_cot@512"][0] > 0.95 and r["best_of_n"][0] > r["long_cot@128"][0] + 0.3
-        lazy = pre.ideal_rates(probs, np.random.default_rng(seed), refine_ignore=0.35)["pdr"][0]
+        lazy = pre.ideal_rates(probs, np.random.default_rng(seed),
+                               refine_ignore=pre.TRACE_DEFAULTS["refine_ignore"])["pdr"][0]
         assert pdr_acc - lazy > 0.1

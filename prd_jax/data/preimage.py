@@ -230,12 +230,13 @@ def solve_response(rng: np.random.Generator, problem: Mapping) -> str:
 
 
 def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequence[str]) -> str:
-    """A refine trace over a workspace: check each candidate's answer (in order, each
-    value once, unparsable ones skipped); stop at the first that passes; else scan the
-    values not yet checked from a random start (`solve_response`'s order)."""
+    """A refine trace over a workspace: check each candidate's answer, the last-quoted
+    candidate first (the box nearest the response: a copy a small model learns from few
+    examples), each value once, unparsable ones skipped; stop at the first that passes;
+    else scan the values not yet checked from a random start (`solve_response`'s order)."""
     spec = parse_problem(problem["problem"])
     checked, lines = [], []
-    for cand in candidates:
+    for cand in reversed(candidates):
         answer = final_answer(cand)
         match = _INT_RE.fullmatch(answer) if answer is not None else None
         x = int(match.group(1)) % spec.modulus if match else None
@@ -250,7 +251,7 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
 
 # ---------------------------------------------------------------- SFT traces (module docstring)
 
-TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15)
+TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=12, refine_ignore=0.25, false_rate=0.15)
 
 
 def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: float = 0.0) -> str:
@@ -336,7 +337,7 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
 
 
 def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts: int = 4, budget: int = 128,
-                tail_tokens: int = 32, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
+                tail_tokens: int = 12, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
                 refine_ignore: float = 0.0) -> dict:
     """What the mechanism predicts (README "What you should see"): the taught traces executed
     without error, cut at the demo's budgets (one character is one token, the stop token
