@@ -34,19 +34,18 @@ QUICK_MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.i
 CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
 # Per-task settings (a demo config field left None takes these). preimage: four drafts of
-# `budget` tokens (about two tries each); the workspace is all k=4 of them (`selector` picks
-# the top k: "random" here; "pairwise_v1" ranks them with the V1 tournament at zero reasoning
-# tokens), each quoted by its last `tail` tokens (a finished draft's "ok" line end and its box;
-# a cut draft's partial try); one refine that checks the quoted boxes first; the SFT drafts cut
-# and quoted the same way (`stage_configs`); Long-CoT from one try to past the whole search.
+# `budget` tokens (about two tries each); the workspace is all k=4 of them, each quoted by its
+# last `tail` tokens (a finished draft's "ok" line end and its box; a cut draft's partial try);
+# one refine that checks the quoted boxes first; the SFT drafts cut and quoted the same way
+# (`stage_configs`); Long-CoT from one try to past the whole search.
 # modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
     "preimage": dict(difficulty=(3, 4), sft_steps=360, num_train=4000, budget=128,
-                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, selector="random", tail=32,
+                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=32,
                      sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5",
                           "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
     "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, long_cot_budgets=(32, 64, 128),
-                     rl_budget=64, k=2, selector="random", tail=None, sft=[]),
+                     rl_budget=64, k=2, tail=None, sft=[]),
 }
 
 
@@ -73,14 +72,13 @@ def resolve(demo) -> ml_collections.ConfigDict:
 
 
 def _pdr_fields(demo) -> dict:
-    """The PDR round of eval and PDR-RL: M = 4 drafts, a shared top-k workspace (chosen by the
-    preset's selector; a model judge writes zero reasoning tokens), one refine (PDR §3.1)."""
+    """The PDR round of eval and PDR-RL: M = 4 drafts, a shared top-k workspace of k random
+    drafts, one refine (PDR §3.1)."""
     b, tail = demo.budget, demo.tail
     quoted = dict(candidate_max_tokens=tail, truncation_head=0) if tail else dict(candidate_max_tokens=b,
                                                                                  truncation_head=b // 4)
-    judge = {} if demo.selector == "random" else dict(judge=dict(max_new_tokens=0))
-    return dict(schedule=(4, 1), distill="shared_topk", k=demo.k, selector=demo.selector, kappa=b, max_new_tokens=b,
-                **quoted, **judge)
+    return dict(schedule=(4, 1), distill="shared_topk", k=demo.k, selector="random", kappa=b, max_new_tokens=b,
+                **quoted)
 
 
 def stage_configs(demo, workdir: str) -> dict:
@@ -89,9 +87,8 @@ def stage_configs(demo, workdir: str) -> dict:
     quick = QUICK_MODEL if demo.quick else []
     common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
               f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
-    common_sft = [f"--config.data.pdr_k={demo.k}"]
     drafts = [f"--config.data.draft_tokens={demo.budget}", f"--config.data.tail_tokens={demo.tail}"] if demo.tail else []
-    sft = _config("sft/tiny.py", common + common_sft + list(demo.sft) + drafts + quick + [
+    sft = _config("sft/tiny.py", common + [f"--config.data.pdr_k={demo.k}"] + list(demo.sft) + drafts + quick + [
         f"--config.steps={demo.sft_steps}", f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
         f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}", f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])
     rl = ["--config.rl.max_prompt_tokens=384", f"--config.steps={demo.rl_steps}", f"--config.checkpoint_every={max(demo.rl_steps // 2, 1)}",
@@ -100,12 +97,9 @@ def stage_configs(demo, workdir: str) -> dict:
           f"--config.rl.max_new_tokens={demo.rl_budget if not demo.quick else 32}"]
     rl += ["--config.rl.samples_per_prompt=4"] if demo.quick else []
     rl_common = [x for x in common + quick if "num_eval" not in x and "seq_len" not in x and "batch_size" not in x]
-    fields = _pdr_fields(demo)
-    pdr = [f"--config.rl.operator.{k}={v}" for k, v in fields.items() if k != "judge"]
-    rl_pdr = _config("rl/tiny_pdr.py", rl_common + rl + pdr)
-    if "judge" in fields:  # a field the base config leaves at its default
-        rl_pdr.rl.operator.judge = fields["judge"]
-    return {"sft": sft, "rl_baseline": _config("rl/tiny.py", rl_common + rl), "rl_pdr": rl_pdr}
+    pdr = [f"--config.rl.operator.{k}={v}" for k, v in _pdr_fields(demo).items()]
+    return {"sft": sft, "rl_baseline": _config("rl/tiny.py", rl_common + rl),
+            "rl_pdr": _config("rl/tiny_pdr.py", rl_common + rl + pdr)}
 
 
 def training_texts(configs: dict) -> set:

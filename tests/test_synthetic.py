@@ -507,7 +507,3 @@ def test_the_task_has_the_gap_the_demo_relies_on():
         lazy = pre.ideal_rates(probs, np.random.default_rng(seed),
                                refine_ignore=pre.TRACE_DEFAULTS["refine_ignore"])["pdr"][0]
         assert pdr_acc - lazy > 0.1
-        # the demo's workspace, the top-1 draft under a judge: with a perfect judge, every
-        # problem a draft solves the refine solves (its first check passes) and more
-        top1 = pre.ideal_rates(probs, np.random.default_rng(seed), k=1)
-        assert top1["pdr"][0] >= top1["best_of_n"][0] and top1["pdr"][0] - matched[0] > 0.12

@@ -338,15 +338,13 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
 
 def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts: int = 4, budget: int = 128,
                 tail_tokens: int = 32, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
-                refine_ignore: float = 0.0, k: Optional[int] = None) -> dict:
+                refine_ignore: float = 0.0) -> dict:
     """What the mechanism predicts (README "What you should see"): the taught traces executed
     without error, cut at the demo's budgets (one character is one token, the stop token
     counts). Returns {name: (accuracy, mean B_seq)} for "long_cot@B", "pdr" (one round:
-    `drafts` drafts of `budget` tokens; the workspace is all of them in random order, or with
-    `k` the top k under a perfect judge (right drafts first: extractive top-k, PDR §3.1),
-    quoted by their last `tail_tokens`; one refine of `budget`; B_seq = the first quoted draft
-    + the refine, PDR §3.1) and "best_of_n" with a perfect judge (B_seq = one draft; judge
-    tokens not counted)."""
+    `drafts` drafts of `budget` tokens, all quoted by their last `tail_tokens`, one refine of
+    `budget`; B_seq = the first quoted draft + the refine, PDR §3.1) and "best_of_n" with a
+    perfect judge (B_seq = one draft; judge tokens not counted)."""
     def cut(text, b):
         return text if len(text) < b else text[:b]
 
@@ -360,10 +358,7 @@ def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts
         for b in long_cot_budgets:
             out[f"long_cot@{b}"].append((right(p, cut(full, b)), min(len(full) + 1, b)))
         ds = [cut(solve_response(rng, p), budget) for _ in range(drafts)]
-        order = [int(i) for i in rng.permutation(drafts)]
-        if k is not None:
-            order = sorted(order, key=lambda i: not right(p, ds[i]))[:k]
-        ws = [quote(ds[i], tail_tokens) for i in order]
+        ws = [quote(ds[i], tail_tokens) for i in rng.permutation(drafts)]
         refine = solve_response(rng, p) if rng.random() < refine_ignore else refine_response(rng, p, ws)
         first = min(len(ds[0]) + 1, budget)
         out["pdr"].append((right(p, cut(refine, budget)), first + min(len(refine) + 1, budget)))
