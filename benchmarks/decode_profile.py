@@ -153,14 +153,14 @@ def main():
     args = parser.parse_args()
 
     from prd_jax.model import load
-    from prd_jax.sampling import SamplingConfig, generate, bucket
+    from prd_jax.sampling import SamplingConfig, generate, length_bucket
 
     model = load("smollm2-135m")
     cfg, tok = model.cfg, model.tokenizer
     prompt_ids = [tok.encode_chat([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}])
                   for i in range(args.batch)]
-    plen = bucket(max(map(len, prompt_ids)))
-    gen_len = bucket(args.steps + 1)
+    plen = length_bucket(max(map(len, prompt_ids)))
+    gen_len = length_bucket(args.steps + 1)
     tokens = np.full((args.batch, plen), tok.pad_id, np.int32)
     for i, p in enumerate(prompt_ids):
         tokens[i, plen - len(p):] = p

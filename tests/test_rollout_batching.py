@@ -97,7 +97,7 @@ def test_decode_step_equals_the_scanned_forward(family, fuse):
                               cache.index)
     np.testing.assert_allclose(got, ref[:, 0], atol=1e-5, rtol=1e-5)
     for layer, (k, v) in enumerate(caches):
-        np.testing.assert_allclose(k, jnp.swapaxes(ref_cache.k[layer], 1, 2), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(k, jnp.transpose(ref_cache.k[layer], (0, 2, 3, 1)), atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(v, jnp.swapaxes(ref_cache.v[layer], 1, 2), atol=1e-5, rtol=1e-5)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prd_jax.model import forward, get_model_config, init_params
-from prd_jax.sampling import (Sampler, SamplingConfig, bucket, choose_tokens, top_k_mask,
+from prd_jax.sampling import (Sampler, SamplingConfig, bucket, choose_tokens, length_bucket, top_k_mask,
                               top_p_mask)
 
 PROMPTS = [[5, 17, 33, 2, 9, 100, 41], [7, 8], [250, 3, 3, 3, 64]]
@@ -139,6 +139,10 @@ def test_bucketed_shapes_compile_once(tiny):
     sampler(params, [[1] * 20], jax.random.key(0), scfg)  # prompt bucket 32
     assert sampler.num_compilations == 2
     assert [bucket(n) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
+    # prompt/generation lengths step by powers of two and their halfway points (3 * 2^(j-1))
+    assert [length_bucket(n) for n in (1, 16, 17, 25, 33, 44, 49, 65, 100, 129)] == \
+        [16, 16, 24, 32, 48, 48, 64, 96, 128, 192]
+    assert [length_bucket(n, 8) for n in (5, 9, 13)] == [8, 12, 16]
 
 
 @pytest.mark.parametrize("kwargs,field", [

@@ -365,8 +365,9 @@ def init_params(cfg: ModelConfig, key: Array):
 # KV cache out of the stacked arrays on every step, and transposes the layer's cache for
 # attention. `decode_weights` instead slices the stacked params into per-layer arrays once
 # per generate call (outside the loop), fusing q/k/v and gate/up into one matmul each;
-# `decode_cache` splits the cache into per-layer `[B, K, S, Dh]` arrays, so each step
-# writes one slot of each in place and reads it without a transpose. The param tree is
+# `decode_cache` splits the cache into per-layer keys `[B, K, Dh, S]` and values
+# `[B, K, S, Dh]`, so each step writes one slot of each in place, and both attention
+# contractions run over a contiguous last axis (scores over Dh along S, the mix over S). The param tree is
 # unchanged: these are derived views, built inside the sampling program.
 # ---------------------------------------------------------------------------------------
 
@@ -380,10 +381,13 @@ def can_fuse(mesh: Optional[Mesh]) -> bool:
 def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: Optional[bool] = None):
     """Per-layer decode weights from the stacked params, cast to the compute dtype.
 
-    Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm"}` and the head,
-    `head_vd [V, D]` (tied: the embedding table) or `head_dv [D, V]` (untied `lm_head`);
-    a layer has `attn_norm`, `mlp_norm`, `o` `[N*Dh, D]`, `down` `[F, D]` and either fused
-    `qkv` `[D, (N+2K)*Dh]` and `gate_up` `[D, 2F]`, or separate `q`/`k`/`v`/`gate`/`up`.
+    Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm", "head"}`. Every
+    matrix is stored output-major, `[out, in]`, and applied by `_apply` (contracting its last
+    axis): on XLA:CPU a batch-32 decode matmul in that form runs about 1.3x faster than
+    `x @ W` with W `[in, out]` (measured; README "Where a decode step goes"). The tied head
+    is the embedding table itself (`[V, D]`, no copy). A layer has `attn_norm`, `mlp_norm`,
+    `o` `[D, N*Dh]`, `down` `[D, F]` and either fused `qkv` `[(N+2K)*Dh, D]` and `gate_up`
+    `[2F, D]`, or separate `q`/`k`/`v`/`gate`/`up`.
     """
     dt = _DTYPES[cfg.dtype]
     fuse = can_fuse(mesh) if fuse is None else fuse
@@ -391,16 +395,16 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
     stack = params["layers"]
     attn, mlp = stack["attn"], stack["mlp"]
     layers = []
+    t = lambda w: w.T.astype(dt)  # [in, out] -> [out, in]
     for i in range(cfg.num_layers):
         q, kk, v = attn["q"][i].reshape(d, n * h), attn["k"][i].reshape(d, k * h), attn["v"][i].reshape(d, k * h)
         layer = {"attn_norm": stack["attn_norm"]["scale"][i], "mlp_norm": stack["mlp_norm"]["scale"][i],
-                 "o": attn["o"][i].reshape(n * h, d).astype(dt), "down": mlp["down"][i].astype(dt)}
+                 "o": t(attn["o"][i].reshape(n * h, d)), "down": t(mlp["down"][i])}
         if fuse:
-            layer["qkv"] = jnp.concatenate([q, kk, v], axis=1).astype(dt)
-            layer["gate_up"] = jnp.concatenate([mlp["gate"][i], mlp["up"][i]], axis=1).astype(dt)
+            layer["qkv"] = t(jnp.concatenate([q, kk, v], axis=1))
+            layer["gate_up"] = t(jnp.concatenate([mlp["gate"][i], mlp["up"][i]], axis=1))
         else:
-            layer.update(q=q.astype(dt), k=kk.astype(dt), v=v.astype(dt),
-                         gate=mlp["gate"][i].astype(dt), up=mlp["up"][i].astype(dt))
+            layer.update(q=t(q), k=t(kk), v=t(v), gate=t(mlp["gate"][i]), up=t(mlp["up"][i]))
         if cfg.qkv_bias:
             layer["qkv_bias"] = jnp.concatenate([attn["q_bias"][i].reshape(-1), attn["k_bias"][i].reshape(-1),
                                                  attn["v_bias"][i].reshape(-1)]).astype(dt)
@@ -409,21 +413,26 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
         layers.append(layer)
     embed = params["embed"]
     out = {"layers": tuple(layers), "embed": embed, "final_norm": params["final_norm"]["scale"]}
-    if cfg.tie_embeddings:  # the table itself, contracted on its embed axis: no transposed copy
-        out["head_vd"] = embed.astype(dt)
-    else:
-        out["head_dv"] = params["lm_head"].astype(dt)
+    out["head"] = embed.astype(dt) if cfg.tie_embeddings else t(params["lm_head"])
     return out
 
 
-DECODE_CACHE_AXES = ("batch", "kv_heads", "cache_length", "head_dim")
+def _apply(x: Array, w: Array, out_dtype=None) -> Array:
+    """`x [..., in] . w [out, in]` -> `[..., out]` (the decode weights' output-major form)."""
+    return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
+
+
+DECODE_CACHE_AXES = (("batch", "kv_heads", "head_dim", "cache_length"),  # keys
+                     ("batch", "kv_heads", "cache_length", "head_dim"))  # values
 
 
 def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None) -> tuple:
-    """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`, each `[B, K, S, Dh]`."""
-    def one(x):
-        return _constrain(jnp.swapaxes(x, 1, 2), DECODE_CACHE_AXES, mesh)
-    return tuple((one(cache.k[i]), one(cache.v[i])) for i in range(cache.k.shape[0]))
+    """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`: keys `[B, K, Dh, S]`
+    (transposed, so the scores contract Dh with S contiguous; about 1.4x faster attention in
+    the batch-32 decode on XLA:CPU), values `[B, K, S, Dh]`."""
+    k_axes, v_axes = DECODE_CACHE_AXES
+    return tuple((_constrain(jnp.transpose(cache.k[i], (0, 2, 3, 1)), k_axes, mesh),
+                  _constrain(jnp.swapaxes(cache.v[i], 1, 2), v_axes, mesh)) for i in range(cache.k.shape[0]))
 
 
 def _rms(x: Array, scale: Array, eps: float) -> Array:
@@ -453,7 +462,7 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
     x = _constrain(x, ("batch", "embed"), mesh)
     angles = positions.astype(jnp.float32)[:, None] * rope_inv_freq(h, cfg.rope_theta, cfg.rope_scaling)
     cos, sin = jnp.cos(angles), jnp.sin(angles)  # [B, Dh/2]
-    capacity = caches[0][0].shape[2]
+    capacity = caches[0][1].shape[2]
     slots = jnp.arange(capacity)[None, :]
     mask = (slots <= index) & (slots >= start[:, None])  # [B, S]
     scale = 1.0 / math.sqrt(h)
@@ -461,12 +470,12 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
     for layer, (cache_k, cache_v) in zip(weights["layers"], caches):
         y = _rms(x, layer["attn_norm"], cfg.rms_eps)
         if "qkv" in layer:
-            qkv = y @ layer["qkv"]
+            qkv = _apply(y, layer["qkv"])
             if "qkv_bias" in layer:
                 qkv = qkv + layer["qkv_bias"]
             q, key, val = jnp.split(qkv, [n * h, (n + k) * h], axis=-1)
         else:
-            q, key, val = y @ layer["q"], y @ layer["k"], y @ layer["v"]
+            q, key, val = _apply(y, layer["q"]), _apply(y, layer["k"]), _apply(y, layer["v"])
             if "qkv_bias" in layer:
                 bq, bk, bv = jnp.split(layer["qkv_bias"], [n * h, (n + k) * h])
                 q, key, val = q + bq, key + bk, val + bv
@@ -474,26 +483,23 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
         if "q_norm" in layer:
             q, key = _rms(q, layer["q_norm"], cfg.rms_eps), _rms(key, layer["k_norm"], cfg.rms_eps)
         q, key = _rope_1(q, cos, sin), _rope_1(key, cos, sin)
-        cache_k = jax.lax.dynamic_update_slice(cache_k, key[:, :, None].astype(cache_k.dtype), (0, 0, index, 0))
+        cache_k = jax.lax.dynamic_update_slice(cache_k, key[:, :, :, None].astype(cache_k.dtype), (0, 0, 0, index))
         cache_v = jax.lax.dynamic_update_slice(cache_v, val[:, :, None].astype(cache_v.dtype), (0, 0, index, 0))
         new_caches.append((cache_k, cache_v))
         q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
-        scores = jnp.einsum("bkgh,bksh->bkgs", q, cache_k.astype(dt),
+        scores = jnp.einsum("bkgh,bkhs->bkgs", q, cache_k.astype(dt),
                             preferred_element_type=jnp.float32) * scale
         scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
         out = jnp.einsum("bkgs,bksh->bkgh", probs, cache_v.astype(dt)).reshape(b, n * h)
-        x = x + out @ layer["o"]
+        x = x + _apply(out, layer["o"])
         y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
         if "gate_up" in layer:
-            gate, up = jnp.split(y @ layer["gate_up"], 2, axis=-1)
+            gate, up = jnp.split(_apply(y, layer["gate_up"]), 2, axis=-1)
         else:
-            gate, up = y @ layer["gate"], y @ layer["up"]
+            gate, up = _apply(y, layer["gate"]), _apply(y, layer["up"])
         hid = _constrain(jax.nn.silu(gate) * up, ("batch", "mlp"), mesh)
-        x = _constrain(x + hid @ layer["down"], ("batch", "embed"), mesh)
+        x = _constrain(x + _apply(hid, layer["down"]), ("batch", "embed"), mesh)
     x = _rms(x, weights["final_norm"], cfg.rms_eps)
-    if "head_vd" in weights:
-        logits = jnp.einsum("bd,vd->bv", x, weights["head_vd"], preferred_element_type=jnp.float32)
-    else:
-        logits = jnp.dot(x, weights["head_dv"], preferred_element_type=jnp.float32)
+    logits = _apply(x, weights["head"], jnp.float32)
     return _constrain(logits, ("batch", "vocab"), mesh), tuple(new_caches)
