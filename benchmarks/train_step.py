@@ -97,14 +97,16 @@ def main():
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--torch", action="store_true", help="also time HF transformers (torch) on the same shapes")
+    p.add_argument("--unroll", type=int, default=1, help="ModelConfig.scan_unroll (layers per scan iteration)")
     args = p.parse_args()
     from prd_jax.model import get_model_config
 
-    cfg = get_model_config("smollm2-135m", max_position=max(args.seq, 1024))
+    cfg = get_model_config("smollm2-135m", max_position=max(args.seq, 1024), scan_unroll=args.unroll)
     peak = matmul_peak_flops()
     step_s = ours(cfg, args.batch, args.seq, args.steps)
     flops = model_flops_per_step(cfg, args.batch, args.seq)
     record = {"benchmark": "train_step", "model": "smollm2-135m-sized (fp32)", "batch": args.batch, "seq": args.seq,
+              "scan_unroll": args.unroll,
               "params": cfg.num_params(), "model_tflop_per_step": flops / 1e12, "step_s": step_s,
               "achieved_gflop_s": flops / step_s / 1e9, "matmul_peak_gflop_s": peak / 1e9,
               "mfu_vs_matmul_peak": flops / step_s / peak, "tokens_per_s": args.batch * args.seq / step_s,

@@ -24,7 +24,7 @@ def test_chunked_logprobs_and_grads_equal_full_logits(tied):
 
     def chunked(p):
         hidden, _ = forward(cfg, p, tokens, positions, return_hidden=True)
-        return chunked_token_logprobs(cfg, p, hidden, targets, chunk=5)  # 22 tokens: last chunk padded
+        return chunked_token_logprobs(cfg, p, hidden, targets, chunk=4)  # 11 positions: last chunk padded
 
     (lp_full, hit_full), (lp_chunk, hit_chunk) = full(params), chunked(params)
     np.testing.assert_allclose(lp_chunk, lp_full, atol=1e-5)
@@ -32,3 +32,28 @@ def test_chunked_logprobs_and_grads_equal_full_logits(tied):
     g_full = jax.grad(lambda p: full(p)[0].sum())(params)
     g_chunk = jax.grad(lambda p: chunked(p)[0].sum())(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_chunk, g_full)
+
+
+def test_sft_loss_equals_full_logits_reference():
+    """The SFT loss (chunked head) gives the NLL sum, token count and token accuracy of a
+    numpy log-softmax over the full logits, on weighted, padded rows."""
+    from prd_jax.train.sft import sft_loss_fn
+
+    cfg = get_model_config("tiny")
+    params = init_params(cfg, jax.random.key(2))
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, cfg.vocab_size, (3, 300)).astype(np.int32)  # 300: three chunks, the last padded
+    weights = (rng.random((3, 300)) < 0.6).astype(np.float32)
+    batch = dict(inputs=tokens, targets=np.roll(tokens, -1, axis=1), weights=weights,
+                 positions=np.broadcast_to(np.arange(300, dtype=np.int32), (3, 300)),
+                 segment_ids=np.ones((3, 300), np.int32))
+    total, count, metrics = sft_loss_fn(cfg)(params, batch)
+    logits = np.asarray(forward(cfg, params, tokens, batch["positions"], segment_ids=batch["segment_ids"])[0],
+                        np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, batch["targets"][..., None], -1)[..., 0]
+    np.testing.assert_allclose(float(total), (nll * weights).sum(), rtol=1e-5)
+    assert float(count) == weights.sum()
+    hits = (logits.argmax(-1) == batch["targets"]) * weights
+    np.testing.assert_allclose([float(x) for x in metrics["token_accuracy"]], [hits.sum(), weights.sum()])

@@ -105,8 +105,12 @@ def test_remat_and_bf16_compute(tiny):
 
     g = jax.grad(loss)(params, cfg)
     g_remat = jax.grad(loss)(params, cfg.replace(remat=True))
-    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_remat)):
+    g_unrolled = jax.grad(loss)(params, cfg.replace(scan_unroll=cfg.num_layers))  # same params tree
+    for a, b, c in zip(jax.tree.leaves(g), jax.tree.leaves(g_remat), jax.tree.leaves(g_unrolled)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="scan_unroll=0"):
+        cfg.replace(scan_unroll=0)
     ref = forward(cfg, params, tokens, positions)[0]
     bf16 = forward(cfg.replace(dtype="bfloat16"), params, tokens, positions)[0]
     assert bf16.dtype == jnp.float32  # logits are always fp32

@@ -28,6 +28,10 @@ class RopeScaling:
 class ModelConfig:
     """Shapes and numerics of one decoder-only LM, plus its chat-template switch.
 
+    `scan_unroll` layers run per iteration of the scanned stack (`lax.scan(unroll=...)`; the
+    params stay stacked): 1 compiles one layer; `num_layers` compiles them all, about 1.15x
+    faster backward on XLA:CPU at SmolLM2 size for a longer compile (README, train-step MFU).
+
     `enable_thinking` is passed to the chat template as the `enable_thinking` variable
     (Qwen3's switch between a `<think>` block and a direct answer): None leaves the
     template's own default (Qwen3: thinking on), True/False set it. It does not change
@@ -51,6 +55,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
+    scan_unroll: int = 1
     enable_thinking: Optional[bool] = None
 
     def __post_init__(self):
@@ -61,6 +66,9 @@ class ModelConfig:
         for field in ("param_dtype", "dtype"):
             if getattr(self, field) not in DTYPES:
                 raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}; allowed: {DTYPES}")
+        if not isinstance(self.scan_unroll, int) or not 1 <= self.scan_unroll <= self.num_layers:
+            raise ValueError(f"ModelConfig.scan_unroll={self.scan_unroll!r}; allowed: an int in 1..num_layers="
+                             f"{self.num_layers}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"ModelConfig.num_heads={self.num_heads} must be a multiple of "

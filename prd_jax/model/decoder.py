@@ -244,7 +244,8 @@ class Decoder(nn.Module):
             layer_cls = nn.remat(Layer, prevent_cse=False)
         stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                        length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+                        length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"},
+                        unroll=cfg.scan_unroll)
         (x, cache_k, cache_v), _ = stack(cfg, self.mesh, self.prefill, name="layers")(
             (x, cache_k, cache_v), jnp.arange(cfg.num_layers), cos, sin, mask, write_index)
 

@@ -1,24 +1,28 @@
 """Chunked cross-entropy: token logprobs without materialising `[B, T, V]` fp32 logits.
 
-The head (tied embedding or `lm_head`) is applied to `chunk` tokens at a time inside a
-`lax.map`, each chunk under `jax.checkpoint`, so the forward keeps only `[B, T]` outputs
-and the backward recomputes one chunk's `[chunk, V]` logits at a time. Values and
-gradients equal `losses.token_logprobs(forward(...)[0], targets)` (tested).
-
-Wiring (owned by `train/sft.py` / `train/rl.py`):
-
-    hidden, _ = forward(cfg, params, inputs, positions, segment_ids=..., return_hidden=True)
-    logp, hits = chunked_token_logprobs(cfg, params, hidden, targets)
+The SFT loss (PDR paper §3.3) needs only each target's logprob, and the token accuracy only
+whether the target is the argmax. The head (tied embedding or `lm_head`) is applied to
+`chunk` sequence positions of every row at a time inside a `lax.map`, each chunk under
+`jax.checkpoint`: the forward keeps only `[B, T]` outputs and the backward recomputes one
+chunk's `[B, chunk, V]` logits at a time. Chunks split the sequence, not the batch, so a
+batch sharded over the mesh stays sharded. Values and gradients equal
+`losses.token_logprobs(forward(...)[0], targets)` (tests/test_chunked_xent.py).
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
+from prd_jax.mesh import named_sharding
 from prd_jax.model.config import ModelConfig
 
 Array = jax.Array
+
+CHUNK = 128  # sequence positions per chunk: [B, 128, V] fp32 logits live at a time
 
 
 def head_weights(cfg: ModelConfig, params) -> tuple:
@@ -26,25 +30,30 @@ def head_weights(cfg: ModelConfig, params) -> tuple:
     return (params["embed"], 1) if cfg.tie_embeddings else (params["lm_head"], 0)
 
 
-def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Array, chunk: int = 256):
+def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Array, chunk: int = CHUNK,
+                           mesh: Optional[Mesh] = None):
     """`hidden [B, T, D]` (final-normed), `targets [B, T]` -> (logprob `[B, T]` fp32,
-    argmax hit `[B, T]` fp32), applying the head to `chunk` tokens at a time."""
+    argmax hit `[B, T]` fp32), applying the head to `chunk` positions of every row at a time."""
     b, t, d = hidden.shape
     head, axis = head_weights(cfg, params)
-    n = b * t
-    chunks = -(-n // chunk)
-    pad = chunks * chunk - n
-    flat_h = jnp.pad(hidden.reshape(n, d), ((0, pad), (0, 0))).reshape(chunks, chunk, d)
-    flat_t = jnp.pad(targets.reshape(n).astype(jnp.int32), (0, pad)).reshape(chunks, chunk)
+    chunk = min(chunk, t)
+    chunks = -(-t // chunk)
+    pad = chunks * chunk - t
+    hs = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, chunks, chunk, d).swapaxes(0, 1)
+    ts = jnp.pad(targets.astype(jnp.int32), ((0, 0), (0, pad))).reshape(b, chunks, chunk).swapaxes(0, 1)
 
     @jax.checkpoint
     def one(h, tgt):
-        dims = (((1,), (axis,)), ((), ()))
+        dims = (((2,), (axis,)), ((), ()))
         logits = jax.lax.dot_general(h, head.astype(h.dtype), dims, preferred_element_type=jnp.float32)
+        if mesh is not None:
+            logits = jax.lax.with_sharding_constraint(
+                logits, named_sharding(("batch", "length", "vocab"), mesh, logits.shape))
         lse = jax.nn.logsumexp(logits, axis=-1)
-        logp = jnp.take_along_axis(logits, tgt[:, None], axis=-1)[:, 0] - lse
+        logp = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse
         hit = (jnp.argmax(logits, axis=-1) == tgt).astype(jnp.float32)
         return logp, jax.lax.stop_gradient(hit)
 
-    logp, hits = jax.lax.map(lambda xs: one(*xs), (flat_h, flat_t))
-    return logp.reshape(-1)[:n].reshape(b, t), hits.reshape(-1)[:n].reshape(b, t)
+    logp, hits = jax.lax.map(lambda xs: one(*xs), (hs, ts))  # [C, B, chunk]
+    unchunk = lambda x: x.swapaxes(0, 1).reshape(b, chunks * chunk)[:, :t]
+    return unchunk(logp), unchunk(hits)

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 
 from prd_jax.data.sft import SFTBatches, pad
 from prd_jax.model.decoder import forward
-from prd_jax.train.losses import sft_loss, token_logprobs
+from prd_jax.train.chunked_xent import chunked_token_logprobs
+from prd_jax.train.losses import sft_loss
 from prd_jax.train.setup import sft_examples
 from prd_jax.train.trainer import eval_loss
 
@@ -20,14 +21,17 @@ BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
 
 
 def sft_loss_fn(cfg, mesh=None):
-    """`(params, batch) -> (nll_sum, token_count, metrics)` with token accuracy as a metric."""
+    """`(params, batch) -> (nll_sum, token_count, metrics)` with token accuracy as a metric.
+
+    The head runs in sequence chunks (`chunked_xent`): the `[B, T, V]` fp32 logits are never
+    held whole, and the step is about 10% faster at SmolLM2 size (README, train-step MFU).
+    """
     def loss(params, batch):
-        logits, _ = forward(cfg, params, batch["inputs"], batch["positions"],
-                            segment_ids=batch["segment_ids"], mesh=mesh)
-        logp = token_logprobs(logits, batch["targets"])
+        hidden, _ = forward(cfg, params, batch["inputs"], batch["positions"],
+                            segment_ids=batch["segment_ids"], mesh=mesh, return_hidden=True)
+        logp, hits = chunked_token_logprobs(cfg, params, hidden, batch["targets"], mesh=mesh)
         w = batch["weights"].astype(jnp.float32)
         total, count = sft_loss(logp, w)
-        hits = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
         return total, count, {"token_accuracy": (jnp.sum(hits * w), jnp.sum(w))}
 
     return loss
