@@ -7,7 +7,7 @@ import pytest
 
 from prd_jax.model import forward, get_model_config, init_params
 from prd_jax.train.chunked_xent import chunked_token_logprobs
-from prd_jax.train.losses import token_logprobs
+from prd_jax.train.losses import token_entropy, token_logprobs
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -29,6 +29,9 @@ def test_chunked_logprobs_and_grads_equal_full_logits(tied):
     (lp_full, hit_full), (lp_chunk, hit_chunk) = full(params), chunked(params)
     np.testing.assert_allclose(lp_chunk, lp_full, atol=1e-5)
     np.testing.assert_array_equal(hit_chunk, hit_full)
+    hidden, _ = forward(cfg, params, tokens, positions, return_hidden=True)
+    *_, entropy = chunked_token_logprobs(cfg, params, hidden, targets, chunk=4, with_entropy=True)
+    np.testing.assert_allclose(entropy, token_entropy(forward(cfg, params, tokens, positions)[0]), atol=1e-5)
     g_full = jax.grad(lambda p: full(p)[0].sum())(params)
     g_chunk = jax.grad(lambda p: chunked(p)[0].sum())(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_chunk, g_full)

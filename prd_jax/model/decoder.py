@@ -106,6 +106,17 @@ def _dense(module: nn.Module, name: str, shape: tuple, axes: tuple, cfg: ModelCo
     return module.param(name, nn.with_logical_partitioning(init, axes), shape, _DTYPES[cfg.param_dtype])
 
 
+def _tokens(x: Array, w: Array) -> Array:
+    """`x [B, T, D_in] . w [D_in, ...]` -> `[B, T, ...]` as one `[B*T, D_in]` matmul.
+
+    With the batch and length axes merged, the weight gradient contracts a single token axis;
+    XLA:CPU runs a two-axis contraction through transposes and a slower kernel (SmolLM2's
+    train step is about 1.3x faster this way; README, train-step MFU).
+    """
+    b, t, d = x.shape
+    return (x.reshape(b * t, d) @ w.reshape(d, -1)).reshape(b, t, *w.shape[1:])
+
+
 class Attention(nn.Module):
     """Grouped-query attention with RoPE through `jax.nn.dot_product_attention`."""
 
@@ -121,9 +132,8 @@ class Attention(nn.Module):
         wk = _dense(self, "k", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
         wv = _dense(self, "v", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
         wo = _dense(self, "o", (n, h, d), ("heads", "head_dim", "embed"), cfg, n * h)
-        q = jnp.einsum("btd,dnh->btnh", x, wq.astype(dt))
-        key = jnp.einsum("btd,dkh->btkh", x, wk.astype(dt))
-        val = jnp.einsum("btd,dkh->btkh", x, wv.astype(dt))
+        b, t = x.shape[:2]
+        q, key, val = (_tokens(x, w.astype(dt)) for w in (wq, wk, wv))
         if cfg.qkv_bias:
             zeros = nn.initializers.zeros
             pdt = _DTYPES[cfg.param_dtype]
@@ -151,8 +161,7 @@ class Attention(nn.Module):
         else:
             out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
         out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
-        b, t = out.shape[:2]
-        return out.reshape(b, t, n * h) @ wo.reshape(n * h, d).astype(dt), cache_kv
+        return _tokens(out.reshape(b, t, n * h), wo.reshape(n * h, d).astype(dt)), cache_kv
 
 
 class MLP(nn.Module):
@@ -168,9 +177,9 @@ class MLP(nn.Module):
         gate = _dense(self, "gate", (d, f), ("embed", "mlp"), cfg, d)
         up = _dense(self, "up", (d, f), ("embed", "mlp"), cfg, d)
         down = _dense(self, "down", (f, d), ("mlp", "embed"), cfg, f)
-        hid = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
+        hid = jax.nn.silu(_tokens(x, gate.astype(dt))) * _tokens(x, up.astype(dt))
         hid = _constrain(hid, ("batch", "length", "mlp"), self.mesh)
-        return hid @ down.astype(dt)
+        return _tokens(hid, down.astype(dt))
 
 
 class Layer(nn.Module):

@@ -31,9 +31,11 @@ def head_weights(cfg: ModelConfig, params) -> tuple:
 
 
 def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Array, chunk: int = CHUNK,
-                           mesh: Optional[Mesh] = None):
+                           mesh: Optional[Mesh] = None, with_entropy: bool = False):
     """`hidden [B, T, D]` (final-normed), `targets [B, T]` -> (logprob `[B, T]` fp32,
-    argmax hit `[B, T]` fp32), applying the head to `chunk` positions of every row at a time."""
+    argmax hit `[B, T]` fp32), applying the head to `chunk` positions of every row at a time.
+    With `with_entropy`, a third output: each position's next-token entropy (no gradient;
+    the RL loss logs it, `losses.token_entropy`)."""
     b, t, d = hidden.shape
     head, axis = head_weights(cfg, params)
     chunk = min(chunk, t)
@@ -52,8 +54,11 @@ def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Arr
         lse = jax.nn.logsumexp(logits, axis=-1)
         logp = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse
         hit = (jnp.argmax(logits, axis=-1) == tgt).astype(jnp.float32)
-        return logp, jax.lax.stop_gradient(hit)
+        out = (logp, jax.lax.stop_gradient(hit))
+        if with_entropy:
+            probs = jax.nn.softmax(logits, axis=-1)
+            out += (jax.lax.stop_gradient(lse - jnp.sum(probs * logits, axis=-1)),)
+        return out
 
-    logp, hits = jax.lax.map(lambda xs: one(*xs), (hs, ts))  # [C, B, chunk]
-    unchunk = lambda x: x.swapaxes(0, 1).reshape(b, chunks * chunk)[:, :t]
-    return unchunk(logp), unchunk(hits)
+    outs = jax.lax.map(lambda xs: one(*xs), (hs, ts))  # each [C, B, chunk]
+    return tuple(x.swapaxes(0, 1).reshape(b, chunks * chunk)[:, :t] for x in outs)

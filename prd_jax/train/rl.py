@@ -39,9 +39,9 @@ from prd_jax.sampling import SamplingConfig
 from prd_jax.tasks import task_for_config
 from prd_jax.tasks.math import MathTask
 from prd_jax.train import advantages as adv_lib, operator_rl
+from prd_jax.train.chunked_xent import chunked_token_logprobs
 from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale,
-                                  aux_sft_term, check_choice, k3_kl, policy_loss, token_entropy,
-                                  token_logprobs)
+                                  aux_sft_term, check_choice, k3_kl, policy_loss)
 from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
 from prd_jax.train.setup import build_model, rl_problems
 
@@ -220,14 +220,15 @@ def initial_params(config, cfg, mesh):
 def rl_loss_fn(cfg, mesh, rl: RLConfig):
     """`(params, batch) -> (loss_sum, count, metrics)` for one rollout microbatch."""
     def loss(params, b):
-        logits, _ = forward(cfg, params, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=mesh)
-        logp = token_logprobs(logits, b["targets"])
+        hidden, _ = forward(cfg, params, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=mesh,
+                            return_hidden=True)
+        logp, _, entropy = chunked_token_logprobs(cfg, params, hidden, b["targets"], mesh=mesh, with_entropy=True)
         w = b["weights"]
         total, count, metrics = policy_loss(logp, b["old_logp"], b["advantages"], w, kind=rl.loss,
                                             eps_low=rl.eps_low, eps_high=rl.eps_high, aggregation=rl.aggregation,
                                             cispo_lower_clip=rl.cispo_lower_clip)
         metrics = dict(metrics)
-        metrics["entropy"] = aggregate(jax.lax.stop_gradient(token_entropy(logits)), w)
+        metrics["entropy"] = aggregate(entropy, w)
         kl = k3_kl(logp, b["ref_logp"])
         metrics["kl"] = aggregate(jax.lax.stop_gradient(kl), w)
         if rl.kl_coef:
@@ -416,9 +417,9 @@ class RLStage:
         if self.ref_params is None:
             return batch["old_logp"]
         if not hasattr(self, "_ref_forward"):
-            self._ref_forward = jax.jit(lambda p, b: token_logprobs(
-                forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=self.mesh)[0],
-                b["targets"]))
+            self._ref_forward = jax.jit(lambda p, b: chunked_token_logprobs(
+                self.cfg, p, forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"],
+                                     mesh=self.mesh, return_hidden=True)[0], b["targets"], mesh=self.mesh)[0])
         keys = ("inputs", "positions", "segment_ids", "targets")
         return np.asarray(to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
 
