@@ -376,9 +376,9 @@ def init_params(cfg: ModelConfig, key: Array):
 # attention. `decode_weights` instead slices the stacked params into per-layer arrays once
 # per generate call (outside the loop), fusing q/k/v and gate/up into one matmul each;
 # `decode_cache` splits the cache into per-layer keys `[B, K, Dh, S]` and values
-# `[B, K, S, Dh]`, so each step writes one slot of each in place, and both attention
-# contractions run over a contiguous last axis (scores over Dh along S, the mix over S). The param tree is
-# unchanged: these are derived views, built inside the sampling program.
+# `[B, K, S, Dh]`, so each step writes one slot of each in place and the scores run along
+# contiguous slots. The param tree is unchanged: these are derived views, built inside the
+# sampling program.
 # ---------------------------------------------------------------------------------------
 
 
@@ -438,8 +438,8 @@ DECODE_CACHE_AXES = (("batch", "kv_heads", "head_dim", "cache_length"),  # keys
 
 def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None) -> tuple:
     """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`: keys `[B, K, Dh, S]`
-    (transposed, so the scores contract Dh with S contiguous; about 1.4x faster attention in
-    the batch-32 decode on XLA:CPU), values `[B, K, S, Dh]`."""
+    (transposed, so the scores contract Dh with S contiguous; about 1.3x faster attention in
+    the batch-32 decode on XLA:CPU, `benchmarks/decode_floor.py`), values `[B, K, S, Dh]`."""
     k_axes, v_axes = DECODE_CACHE_AXES
     return tuple((_constrain(jnp.transpose(cache.k[i], (0, 2, 3, 1)), k_axes, mesh),
                   _constrain(jnp.swapaxes(cache.v[i], 1, 2), v_axes, mesh)) for i in range(cache.k.shape[0]))
