@@ -56,7 +56,7 @@ def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Arr
         hit = (jnp.argmax(logits, axis=-1) == tgt).astype(jnp.float32)
         out = (logp, jax.lax.stop_gradient(hit))
         if with_entropy:
-            probs = jax.nn.softmax(logits, axis=-1)
+            probs = jnp.exp(logits - lse[..., None])  # the softmax, from the lse already computed
             out += (jax.lax.stop_gradient(lse - jnp.sum(probs * logits, axis=-1)),)
         return out
 
