@@ -39,6 +39,9 @@ def get_config(arg=None):
     c.difficulty = None
     c.sft_steps = None
     c.budget = None  # per-call generation budget of PDR and best-of-N calls
+    c.drafts = None  # M: drafts in PDR's first round (schedule (M, 1))
+    c.k = None  # drafts quoted in the workspace (shared top-k)
+    c.selector = None  # how the workspace ranks the drafts: "random" or "majority" (the most shared answers)
     c.long_cot_budgets = None  # Long-CoT budgets: >= 3, bracketing PDR's mean B_seq
     c.rl_steps = 24
     c.rl_learning_rate = 1e-4
@@ -47,6 +50,6 @@ def get_config(arg=None):
     c.eval_temperature = 1.0  # drafts need diversity; every operator samples at this temperature
     c.num_train = None  # SFT problems (each with its traces) and RL prompts
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
-    c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16,
+    c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16, drafts=4, k=2,
                              long_cot_budgets=(8, 16, 32))
     return c

@@ -40,12 +40,12 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 # (`stage_configs`); Long-CoT from one try to past the whole search.
 # modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
-    "preimage": dict(difficulty=(3, 4), sft_steps=360, num_train=4000, budget=128,
-                     long_cot_budgets=(64, 128, 256, 512), rl_budget=256, k=4, tail=32,
-                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=0.5",
+    "preimage": dict(difficulty=(3, 4), sft_steps=600, num_train=4000, budget=80, drafts=8, selector="majority",
+                     long_cot_budgets=(64, 128, 192, 256, 512), rl_budget=256, k=2, tail=12,
+                     sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=1.0", "--config.data.refine_ignore=0.2",
                           "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
-    "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, long_cot_budgets=(32, 64, 128),
-                     rl_budget=64, k=2, tail=None, sft=[]),
+    "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, drafts=4, selector="random",
+                     long_cot_budgets=(32, 64, 128), rl_budget=64, k=2, tail=None, sft=[]),
 }
 
 
@@ -72,12 +72,13 @@ def resolve(demo) -> ml_collections.ConfigDict:
 
 
 def _pdr_fields(demo) -> dict:
-    """The PDR round of eval and PDR-RL: M = 4 drafts, a shared top-k workspace of k random
-    drafts, one refine (PDR §3.1)."""
+    """The PDR round of eval and PDR-RL: M = `demo.drafts` drafts, a shared top-k workspace of
+    k drafts ranked by `demo.selector` (random, or majority: the most shared answers first),
+    one refine, every call at `demo.budget` tokens (PDR §3.1)."""
     b, tail = demo.budget, demo.tail
     quoted = dict(candidate_max_tokens=tail, truncation_head=0) if tail else dict(candidate_max_tokens=b,
                                                                                  truncation_head=b // 4)
-    return dict(schedule=(4, 1), distill="shared_topk", k=demo.k, selector="random", kappa=b, max_new_tokens=b,
+    return dict(schedule=(demo.drafts, 1), distill="shared_topk", k=demo.k, selector=demo.selector, kappa=b, max_new_tokens=b,
                 **quoted)
 
 
@@ -87,7 +88,8 @@ def stage_configs(demo, workdir: str) -> dict:
     quick = QUICK_MODEL if demo.quick else []
     common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
               f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
-    drafts = [f"--config.data.draft_tokens={demo.budget}", f"--config.data.tail_tokens={demo.tail}"] if demo.tail else []
+    drafts = [f"--config.data.draft_tokens={demo.budget}", f"--config.data.tail_tokens={demo.tail}",
+              f"--config.data.drafts={demo.drafts}", f"--config.data.ranking={demo.selector}"] if demo.tail else []
     sft = _config("sft/tiny.py", common + [f"--config.data.pdr_k={demo.k}"] + list(demo.sft) + drafts + quick + [
         f"--config.steps={demo.sft_steps}", f"--config.optim.decay_steps={max(demo.sft_steps - 10, 1)}",
         f"--config.checkpoint_every={max(demo.sft_steps // 3, 1)}", f"--config.eval_every={max(demo.sft_steps // 3, 1)}"])

@@ -75,7 +75,7 @@ def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
     nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_checkpoint.ipynb"), as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "=== workspace (top-4 drafts)" in printed and "B_seq" in printed
+    assert "=== workspace (top-2 drafts)" in printed and "B_seq" in printed
     assert "rl_pdr" in printed and "restored sft step 4" in printed
 
 
@@ -145,4 +145,5 @@ def test_resolve_fills_presets_and_names_bad_fields():
     pdr = next(op for op in eval_config(d).operators if op["type"] == "pdr")
     sft = seeded[0]["sft"].data
     assert (sft.draft_tokens, sft.tail_tokens, sft.pdr_k) == (pdr["max_new_tokens"], pdr["candidate_max_tokens"], pdr["k"])
+    assert (sft.drafts, sft.ranking) == (pdr["schedule"][0], pdr["selector"])
     assert pdr["truncation_head"] == 0

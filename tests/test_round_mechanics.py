@@ -234,3 +234,39 @@ def test_oracle_selector_runs_in_operator_rl_rollouts(monkeypatch):
         sizes.append(len(correct))
     assert any(0 < s < 4 for s in sizes), sizes  # the oracle admitted some drafts and refused others
     assert metrics["workspace_length"] == pytest.approx(float(np.asarray(out.workspace_lengths).mean()))
+
+
+def first_token_grouper(keys):
+    """A majority grouper whose answer key is `keys[first token]` (None: no answer)."""
+    def group(cand_tok, cand_len):
+        cand_tok = np.asarray(cand_tok)
+        out = np.full(cand_tok.shape[:2], -1, np.int32)
+        for b in range(cand_tok.shape[0]):
+            first = {}
+            for i in range(cand_tok.shape[1]):
+                key = keys.get(int(cand_tok[b, i, 0]))
+                if key is not None:
+                    out[b, i] = first.setdefault(key, i)
+        return out
+    return group
+
+
+def test_majority_top_k_quotes_the_most_shared_answers_and_no_answer_last():
+    # drafts 0..3 emit 100..103; answers a, none, b, a: votes 2, 0, 1, 2 -> top-2 = drafts 0, 3
+    ctx = make_context(TOK, Sampling(), grouper=first_token_grouper({100: "a", 102: "b", 103: "a"}), kappa=KAPPA,
+                       k_max=4)
+    probs = encode_problems(TOK, [PROBLEM], [GOLD_101], max_problem_tokens=64)[0]
+    spec = PDR((4, 1), "shared_topk", 2, "majority", KAPPA, N, CMAX, HEAD)
+    res = run_operator(RowLM(), probs, jax.random.key(0), spec, ctx)
+    footer = TOK.encode(P.CANDIDATE_FOOTER)
+    assert workspace(res) == (TOK.encode(P.CANDIDATE_HEADER.format(index=1)) + quoted(100) + footer
+                              + TOK.encode(P.CANDIDATE_HEADER.format(index=2)) + quoted(103) + footer)
+    assert np.asarray(res.calls.accepted[0, :4]).tolist() == [True, False, False, False]
+    assert int(res.b_seq[0]) == 2 * N and int(res.b_total[0]) == 5 * N  # no judge calls: nothing else paid
+    # k=3 reaches the one-vote answer before the draft without an answer
+    res = run_operator(RowLM(), probs, jax.random.key(0), PDR((4, 1), "shared_topk", 3, "majority", KAPPA, N, CMAX,
+                                                              HEAD), ctx)
+    assert workspace(res)[-(CAND + len(footer)):-len(footer)] == quoted(102)
+    assert spec.label == "pdr(4-1,shared_topk,k=2,sel=majority,kappa=5,candidate_max_tokens=6,truncation_head=2,budget=9)"
+    with pytest.raises(ValueError, match=r"PDR.selector='majority' with distill='global_summary'"):
+        PDR((4, 1), "global_summary", 2, "majority")

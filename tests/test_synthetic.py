@@ -496,14 +496,57 @@ def test_preimage_task_grades_any_valid_x():
 def test_the_task_has_the_gap_the_demo_relies_on():
     """Executed without error, the taught traces give PDR a clear lead over Long-CoT at matched
     B_seq (the budget whose mean B_seq is closest without exceeding PDR's), and a refine that
-    ignores its workspace at the SFT mix's rate loses much of it (the room left to operator RL)."""
-    for seed in (0, 1):
+    ignores its workspace at the SFT mix's rate loses much of it (the room left to operator RL).
+    Both for the shipped demo preset (8 one-try drafts of 80 tokens, the top 2 by majority
+    quoted by 12 characters) and for the earlier one (4 drafts of 128, all quoted by 32)."""
+    from prd_jax.demo import PRESETS
+    demo = PRESETS["preimage"]
+    shipped = dict(drafts=demo["drafts"], budget=demo["budget"], tail_tokens=demo["tail"], k=demo["k"],
+                   ranking=demo["selector"], long_cot_budgets=demo["long_cot_budgets"])
+    ignore = {0: pre.TRACE_DEFAULTS["refine_ignore"], 1: next(float(a.split("=")[1]) for a in demo["sft"]
+                                                               if a.startswith("--config.data.refine_ignore="))}
+    for seed, setting in ((0, {}), (1, {}), (0, shipped), (1, shipped)):
         probs = pre.generate(300, 100 + seed, (3, 4))
-        r = pre.ideal_rates(probs, np.random.default_rng(seed))
+        r = pre.ideal_rates(probs, np.random.default_rng(seed), **setting)
         pdr_acc, pdr_seq = r["pdr"]
         matched = max((v for k, v in r.items() if k.startswith("long_cot") and v[1] <= pdr_seq), key=lambda v: v[1])
-        assert pdr_acc - matched[0] > 0.12, (r, matched)
+        assert pdr_acc - matched[0] > 0.12, (setting, r, matched)
         assert r["long_cot@512"][0] > 0.95 and r["best_of_n"][0] > r["long_cot@128"][0] + 0.3
-        lazy = pre.ideal_rates(probs, np.random.default_rng(seed),
-                               refine_ignore=pre.TRACE_DEFAULTS["refine_ignore"])["pdr"][0]
+        lazy = pre.ideal_rates(probs, np.random.default_rng(seed), **setting,
+                               refine_ignore=ignore[bool(setting)])["pdr"][0]
         assert pdr_acc - lazy > 0.1
+
+
+def test_majority_order_ranks_shared_answers_first_and_no_answer_last():
+    cands = ["x=1: ...", "\\boxed{4}", "ok\n\\boxed{7}", "\\boxed{ 4}", "\\boxed{15}", "\\boxed{7}", "\\boxed{q}"]
+    # answers: none, 4, 7, 4, 15, 7, q -> votes 0, 2, 2, 2, 1, 2, 1; ties keep the lower index
+    assert pre.majority_order(cands) == [1, 2, 3, 5, 4, 6, 0]
+    assert pre.majority_order([]) == []
+
+
+def test_ranked_refine_traces_quote_the_top_k_and_check_them_in_rank_order():
+    rng = np.random.default_rng(7)
+    for p in pre.generate(40, 11, (3, 4)):
+        row = pre.refine_trace(rng, p, 2, draft_tokens=80, tail_tokens=12, refine_ignore=0.0, drafts=8,
+                               ranking="majority")
+        cands = row["candidates"]
+        assert len(cands) == 2 and row["prompt"].index("#1\n" + cands[0]) < row["prompt"].index("#2\n" + cands[1])
+        answers = []
+        for c in cands:  # rank order: #1 first
+            a = pre.final_answer(c)
+            if a is not None and int(a) % p["modulus"] not in answers:
+                answers.append(int(a) % p["modulus"])
+        first_ok = next((i for i, x in enumerate(answers) if pre.check(p["problem"], str(x))), None)
+        expect = answers if first_ok is None else answers[:first_ok + 1]
+        assert [x for x, _ in pre.parse_tries(row["response"])][:len(expect)] == expect
+        assert _consistent(p, row["response"]) and pre.check(p["problem"], pre.final_answer(row["response"]))
+    # the workspace is the top 2 of 8 drafts: a draft with an answer is quoted whenever one exists
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    p = pre.generate(1, 2, 4)[0]
+    ws = pre._workspace(rng_a, p, 2, 80, 12, 0.15, 8, "majority")
+    ds = [pre.draft(rng_b, p, 80, 0.15) for _ in range(8)]
+    assert ws == [pre.quote(ds[i], 12) for i in pre.majority_order(ds)[:2]]
+    with pytest.raises(ValueError, match="ranking='best'"):
+        pre.refine_trace(rng, p, 2, ranking="best")
+    with pytest.raises(ValueError, match="drafts=1 < k=2"):
+        pre.refine_trace(rng, p, 2, drafts=1)

@@ -31,8 +31,9 @@ def get_config(arg=None):
         pdr_fraction=0.5, pdr_k=2, sr_fraction=0.25, judge_fraction=0.25, seq_len=256, mode="pack", path="", validation_fraction=0.05,
         templates="compact", mixture="", module="",  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
         # family "preimage" only (data.preimage.TRACE_DEFAULTS; None: its default): the drafts its refine and
-        # judge traces quote, and how often a refine trace ignores the workspace
-        draft_tokens=None, tail_tokens=None, refine_ignore=None, false_rate=None))
+        # judge traces quote (how many are drawn and how the workspace ranks them: "random" | "majority"),
+        # and how often a refine trace ignores the workspace
+        draft_tokens=None, tail_tokens=None, refine_ignore=None, false_rate=None, drafts=None, ranking=None))
     c.batch_size = 16
     c.grad_accum_steps = 1
     c.optim = ml_collections.ConfigDict(dict(

@@ -57,7 +57,8 @@ from prd_jax import prompts
 
 __all__ = ["FAMILY", "Spec", "make_problem", "generate", "parse_problem", "forward", "solutions",
            "check", "try_line", "parse_tries", "solve_response", "refine_response", "final_answer", "draft",
-           "quote", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS", "ideal_rates"]
+           "quote", "majority_order", "refine_trace", "judge_trace", "sft_traces", "TRACE_DEFAULTS", "RANKINGS",
+           "ideal_rates"]
 
 FAMILY = "preimage"
 OPS = ("+", "*", "^", "-")
@@ -229,14 +230,17 @@ def solve_response(rng: np.random.Generator, problem: Mapping) -> str:
     return _search(spec, _scan(rng, spec.modulus), [])
 
 
-def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequence[str]) -> str:
-    """A refine trace over a workspace: check each candidate's answer, the last-quoted
-    candidate first (the box nearest the response: a copy a small model learns from few
-    examples), each value once, unparsable ones skipped; stop at the first that passes;
-    else scan the values not yet checked from a random start (`solve_response`'s order)."""
+def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequence[str],
+                    ranked: bool = False) -> str:
+    """A refine trace over a workspace: check each candidate's answer, each value once,
+    unparsable ones skipped; stop at the first that passes; else scan the values not yet
+    checked from a random start (`solve_response`'s order). A ranked workspace (`ranked`:
+    a top-k, #1 the best) is checked in rank order; an unranked one from the last-quoted
+    candidate back (the box nearest the response: a copy a small model learns from few
+    examples)."""
     spec = parse_problem(problem["problem"])
     checked, lines = [], []
-    for cand in reversed(candidates):
+    for cand in (candidates if ranked else reversed(candidates)):
         answer = final_answer(cand)
         match = _INT_RE.fullmatch(answer) if answer is not None else None
         x = int(match.group(1)) % spec.modulus if match else None
@@ -251,7 +255,9 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
 
 # ---------------------------------------------------------------- SFT traces (module docstring)
 
-TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15)
+TRACE_DEFAULTS = dict(draft_tokens=128, tail_tokens=32, refine_ignore=0.35, false_rate=0.15, drafts=0,
+                      ranking="random")
+RANKINGS = ("random", "majority")
 
 
 def draft(rng: np.random.Generator, problem: Mapping, budget: int, false_rate: float = 0.0) -> str:
@@ -277,19 +283,42 @@ def quote(text: str, tail_tokens: int) -> str:
     return text if len(text) <= tail_tokens else text[-tail_tokens:]
 
 
-def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate) -> list:
-    return [quote(draft(rng, problem, draft_tokens, false_rate), tail_tokens) for _ in range(k)]
+def majority_order(candidates: Sequence[str]) -> list:
+    """Candidate indices by how many candidates share each one's answer (`final_answer` as an
+    int), most first, ties to the lower index, those without an answer last: the ranking of
+    the eval's `majority` top-k (`operators.verify.majority`)."""
+    def key(text):
+        answer = final_answer(text)
+        match = _INT_RE.fullmatch(answer) if answer is not None else None
+        return str(int(match.group(1))) if match else answer
+    keys = [key(c) for c in candidates]
+    votes = [keys.count(k) if k is not None else 0 for k in keys]
+    return sorted(range(len(candidates)), key=lambda i: -votes[i])
+
+
+def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate, drafts=0, ranking="random") -> list:
+    """k quoted drafts: the first k of `drafts` (>= k; 0: k) independent drafts (a random k),
+    or with `ranking="majority"` the top k by `majority_order`, rank 1 first."""
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking={ranking!r}; allowed: {RANKINGS}")
+    if drafts and drafts < k:
+        raise ValueError(f"drafts={drafts} < k={k}: a workspace quotes k of the drafts")
+    ds = [draft(rng, problem, draft_tokens, false_rate) for _ in range(max(drafts, k))]
+    order = majority_order(ds) if ranking == "majority" else range(len(ds))
+    return [quote(ds[i], tail_tokens) for i in list(order)[:k]]
 
 
 def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: str = "compact", *,
                  draft_tokens: int = 128, tail_tokens: int = 32, refine_ignore: float = 0.35,
-                 false_rate: float = 0.15) -> dict:
-    """A PDR refine trace (§3.1): the set's `pdr_topk` prompt over `k` quoted drafts, then
-    `refine_response` (or, with probability `refine_ignore`, a fresh `solve_response`).
+                 false_rate: float = 0.15, drafts: int = 0, ranking: str = "random") -> dict:
+    """A PDR refine trace (§3.1): the set's `pdr_topk` prompt over `k` quoted drafts (of
+    `drafts`, ranked by `ranking`: `_workspace`), then `refine_response` (or, with
+    probability `refine_ignore`, a fresh `solve_response`).
     Returns {id, prompt, response, candidates, ignored}."""
-    candidates = _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate)
+    candidates = _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate, drafts, ranking)
     ignored = bool(rng.random() < refine_ignore)
-    response = solve_response(rng, problem) if ignored else refine_response(rng, problem, candidates)
+    response = (solve_response(rng, problem) if ignored
+                else refine_response(rng, problem, candidates, ranked=ranking != "random"))
     topk = prompts.template_set(templates)["pdr_topk"]
     prompt = prompts.render(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
     return {"id": problem["id"], "prompt": prompt, "response": response, "candidates": candidates, "ignored": ignored}
@@ -327,7 +356,7 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
     if rng.random() < pdr_fraction:
         rows.append(refine_trace(rng, problem, pdr_k, templates, **kw))
     if rng.random() < sr_fraction:
-        row = refine_trace(rng, problem, 1, templates, **kw)
+        row = refine_trace(rng, problem, 1, templates, **dict(kw, drafts=0, ranking="random"))
         row["prompt"] = prompts.render(prompts.template_set(templates)["sr_refine"], problem=problem["problem"],
                                        previous=row["candidates"][0])
         rows.append(row)
@@ -338,12 +367,13 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
 
 def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts: int = 4, budget: int = 128,
                 tail_tokens: int = 32, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
-                refine_ignore: float = 0.0) -> dict:
+                refine_ignore: float = 0.0, k: int = 0, ranking: str = "random") -> dict:
     """What the mechanism predicts (README "What you should see"): the taught traces executed
     without error, cut at the demo's budgets (one character is one token, the stop token
     counts). Returns {name: (accuracy, mean B_seq)} for "long_cot@B", "pdr" (one round:
-    `drafts` drafts of `budget` tokens, all quoted by their last `tail_tokens`, one refine of
-    `budget`; B_seq = the first quoted draft + the refine, PDR §3.1) and "best_of_n" with a
+    `drafts` drafts of `budget` tokens, `k` of them (0: all; a random k, or the top k by
+    `majority_order`) quoted by their last `tail_tokens`, one refine of `budget`; B_seq =
+    the first quoted draft + the refine, PDR §3.1) and "best_of_n" over all drafts with a
     perfect judge (B_seq = one draft; judge tokens not counted)."""
     def cut(text, b):
         return text if len(text) < b else text[:b]
@@ -358,9 +388,11 @@ def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts
         for b in long_cot_budgets:
             out[f"long_cot@{b}"].append((right(p, cut(full, b)), min(len(full) + 1, b)))
         ds = [cut(solve_response(rng, p), budget) for _ in range(drafts)]
-        ws = [quote(ds[i], tail_tokens) for i in rng.permutation(drafts)]
-        refine = solve_response(rng, p) if rng.random() < refine_ignore else refine_response(rng, p, ws)
-        first = min(len(ds[0]) + 1, budget)
+        order = majority_order(ds) if ranking == "majority" else rng.permutation(drafts)
+        ws = [quote(ds[i], tail_tokens) for i in order[:k or drafts]]
+        refine = (solve_response(rng, p) if rng.random() < refine_ignore
+                  else refine_response(rng, p, ws, ranked=ranking == "majority"))
+        first = min(len(ds[order[0]]) + 1, budget)
         out["pdr"].append((right(p, cut(refine, budget)), first + min(len(refine) + 1, budget)))
         out["best_of_n"].append((any(right(p, d) for d in ds), first))
     return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))) for k, v in out.items()}

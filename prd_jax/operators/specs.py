@@ -29,14 +29,16 @@ SELECTORS = {
     "pairwise_random": "pairwise judge on fresh random disjoint pairings at the same budget as "
                        "pairwise_v1, scored by the same mu (V1 §4 baseline)",
     "round_robin": "pairwise judge on all C(N, 2) pairs, scored by mu (V1 §4 baseline)",
-    "majority": "most frequent extracted answer (the task's answer key); no judge calls",
+    "majority": "most frequent extracted answer (the task's answer key); no judge calls. A PDR "
+                "top-k holds the k candidates whose answers most candidates share, candidates "
+                "without an answer last (ours: the extractive form of the summary's agreements, §3.1)",
     "oracle_correct": "ground truth admits only correct candidates (PDR §4.3, Figs. 6 and 8)",
     "oracle_incorrect": "ground truth admits only incorrect candidates (PDR §4.3, Figs. 6 and 8)",
 }
 JUDGE_SELECTORS = ("self_pointwise", "pairwise_v1", "pairwise_random", "round_robin")  # make judge calls
 MODEL_SELECTORS = JUDGE_SELECTORS  # rank the candidates with judge calls
 ORACLE_SELECTORS = ("oracle_correct", "oracle_incorrect")  # admit by ground truth (PDR Figs. 6, 8)
-PDR_SELECTORS = ("random", "self_pointwise", "pairwise_v1", "oracle_correct", "oracle_incorrect")
+PDR_SELECTORS = ("random", "self_pointwise", "pairwise_v1", "majority", "oracle_correct", "oracle_incorrect")
 BEST_OF_N_SELECTORS = ("random", "self_pointwise", "pairwise_v1", "pairwise_random", "round_robin", "majority")
 RSA_FINALS = ("first", "majority", "pairwise_v1")
 JUDGE_DOMAINS = ("math", "code")
@@ -258,7 +260,9 @@ class PDR(OperatorSpec):
     - `shared_topk` / `per_sample_topk`: the k candidates `selector` ranks first. A model
       ranker (`self_pointwise`, or `pairwise_v1`, our V1 extension) is the paper's top-k;
       `random` picks k uniformly at random, so the workspace is a random k (labelled
-      `random-k`); an oracle admits only (in)correct candidates (paper §4.3, Figs. 6 and 8).
+      `random-k`); `majority` (ours, no model calls) ranks by how many candidates share
+      each one's final answer; an oracle admits only (in)correct candidates (paper §4.3,
+      Figs. 6 and 8).
     - `random_k`: each refine call draws its own k at random; no selector runs, so
       `selector` must be "random".
     - `global_summary`: one summary of at most `kappa` tokens over every candidate
@@ -301,7 +305,7 @@ class PDR(OperatorSpec):
         if self.distill == "random_k" and self.selector != "random":
             raise ValueError(f"PDR.selector={self.selector!r} with distill='random_k': random-k draws its "
                              "candidates at random and runs no selector; allowed: 'random'")
-        if self.distill == "global_summary" and self.selector in MODEL_SELECTORS:
+        if self.distill == "global_summary" and self.selector not in ("random",) + ORACLE_SELECTORS:
             raise ValueError(f"PDR.selector={self.selector!r} with distill='global_summary': the summary "
                              f"reads its candidates unranked; allowed: 'random' (all candidates), "
                              f"{ORACLE_SELECTORS} (oracle selection into the summary)")

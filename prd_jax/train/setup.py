@@ -153,7 +153,8 @@ def synthetic_traces(rng, problem, data, templates: str) -> list:
 
 def _trace_settings(data) -> dict:
     """The `synthetic.sft_traces` keywords of `data`; the "preimage" family adds its draft knobs
-    (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate) where set."""
+    (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate, drafts, ranking)
+    where set."""
     out = {"pdr_fraction": data.pdr_fraction, "pdr_k": data.pdr_k,
            "sr_fraction": data.get("sr_fraction", 0.0), "judge_fraction": data.get("judge_fraction", 0.0)}
     if data.get("family", "modchain") == preimage.FAMILY:
