@@ -6,8 +6,8 @@ task where checking a guess is easier than finding one (issue 15; README "What y
    pairwise judge traces, on the compact prompt set (configs/sft/tiny.py + `demo.PRESETS`);
 2. from the SFT checkpoint, baseline RL (configs/rl/tiny.py) and, separately, PDR-RL
    (configs/rl/tiny_pdr.py) with the same steps, prompts per step and learning rate;
-3. each checkpoint evaluated with Long-CoT at several budgets, PDR (four drafts, all quoted in
-   the workspace, one refine) and V1 best-of-N on problems
+3. each checkpoint evaluated with Long-CoT at several budgets, PDR (eight drafts, the two with
+   the most shared answers quoted in the workspace, one refine) and V1 best-of-N on problems
    whose text no training stage saw (`synthetic.held_out`), with the same sampling keys;
 4. `results.md` / `results.json` (claims with stable ids, PDR and best-of-N against Long-CoT at
    matched B_seq) and `pareto.png` (accuracy against mean B_seq and B_total) in the workdir.

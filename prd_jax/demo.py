@@ -33,11 +33,13 @@ QUICK_MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.i
                "--config.batch_size=8", "--config.data.num_eval=8"]
 CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 
-# Per-task settings (a demo config field left None takes these). preimage: four drafts of
-# `budget` tokens (about two tries each); the workspace is all k=4 of them, each quoted by its
-# last `tail` tokens (a finished draft's "ok" line end and its box; a cut draft's partial try);
-# one refine that checks the quoted boxes first; the SFT drafts cut and quoted the same way
-# (`stage_configs`); Long-CoT from one try to past the whole search.
+# Per-task settings (a demo config field left None takes these). preimage: eight drafts of
+# `budget` tokens (one try and its box each); the workspace is the k=2 whose answers most drafts
+# share (`selector="majority"`, drafts without an answer last), each quoted by its last `tail`
+# tokens (a finished draft's "ok" and its box; a cut draft's partial try); one refine that
+# checks the quoted boxes in rank order first; the SFT drafts drawn, ranked, cut and quoted the
+# same way (`stage_configs`); Long-CoT from one try to past the whole search (README "What you
+# should see" says why each setting).
 # modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
     "preimage": dict(difficulty=(3, 4), sft_steps=600, num_train=4000, budget=80, drafts=8, selector="majority",

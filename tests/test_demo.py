@@ -116,12 +116,13 @@ def test_paired_claim_by_hand(tmp_path):
 
 def test_matched_long_cot_takes_the_closest_budget_not_above(tmp_path):
     demo = resolve(load_config(os.path.join(CONFIGS, "demo.py")))
-    means = dict(zip(demo.long_cot_budgets, (60, 85, 100, 130)))
+    means = dict(zip(demo.long_cot_budgets, (60, 85, 100, 130, 150)))
     _write_results(tmp_path, "r", [{"problem_id": "p", "operator": f"long_cot(budget={b})", "correct": True,
                                     "b_seq": m} for b, m in means.items()])
-    assert demo.long_cot_budgets == (64, 128, 256, 512)
+    assert demo.long_cot_budgets == (64, 128, 192, 256, 512)
     assert matched_long_cot(str(tmp_path), "r", demo, 90.0) == "long_cot@128"  # 85 <= 90 < 100
-    assert matched_long_cot(str(tmp_path), "r", demo, 100.0) == "long_cot@256"  # equal counts as not above
+    assert matched_long_cot(str(tmp_path), "r", demo, 100.0) == "long_cot@192"  # equal counts as not above
+    assert matched_long_cot(str(tmp_path), "r", demo, 1000.0) == "long_cot@512"
     assert matched_long_cot(str(tmp_path), "r", demo, 10.0) == "long_cot@64"  # all above: the smallest
 
 
