@@ -270,3 +270,24 @@ def test_majority_top_k_quotes_the_most_shared_answers_and_no_answer_last():
     assert spec.label == "pdr(4-1,shared_topk,k=2,sel=majority,kappa=5,candidate_max_tokens=6,truncation_head=2,budget=9)"
     with pytest.raises(ValueError, match=r"PDR.selector='majority' with distill='global_summary'"):
         PDR((4, 1), "global_summary", 2, "majority")
+
+
+def test_majority_ranking_in_graph_equals_the_sft_traces_ranking():
+    """The eval's `majority` top-k (task grouper + in-graph votes) ranks real preimage drafts
+    exactly as `preimage.majority_order` ranks the SFT workspaces."""
+    import types
+    from prd_jax.data import preimage
+    from prd_jax.data.synthetic import CharVocab
+    from prd_jax.operators import verify
+    from prd_jax.tasks.grading import TaskGrouper
+    vocab, rng = CharVocab(), np.random.default_rng(5)
+    ctx = types.SimpleNamespace(answer_ids=TaskGrouper("preimage", vocab))
+    for p in preimage.generate(6, 21, (3, 4)):
+        texts = [preimage.draft(rng, p, 80, 0.3) for _ in range(8)] + ["x=1: 1+1", "ok\n\\boxed{ 07}"]
+        ids = [vocab.encode(t) for t in texts]
+        width = max(map(len, ids))
+        cand_t = jnp.asarray([[i + [0] * (width - len(i)) for i in ids]], jnp.int32)
+        cand_l = jnp.asarray([[len(i) for i in ids]], jnp.int32)
+        scores = verify.majority(cand_t, cand_l, ctx).scores
+        assert np.asarray(verify.top(verify.Selection(scores, None, [], None)))[0].tolist() == (
+            preimage.majority_order(texts))
