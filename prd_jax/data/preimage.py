@@ -46,6 +46,7 @@ problems, so a 4,000-problem training draw leaves thousands unseen.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import re
@@ -170,14 +171,19 @@ def solutions(problem_text: str) -> list:
 _INT_RE = re.compile(r"\s*(-?\d{1,12})\s*")
 
 
+def _as_int(answer: Optional[str]) -> Optional[int]:
+    """The integer an answer string states (surrounding spaces allowed), else None."""
+    match = _INT_RE.fullmatch(answer) if isinstance(answer, str) else None
+    return int(match.group(1)) if match else None
+
+
 def check(problem_text: str, answer: Optional[str]) -> bool:
     """Whether the integer `answer` solves the problem (forward chain in exact integers,
     reduced once at the end). Any such x is correct, also outside 0..m-1."""
-    match = _INT_RE.fullmatch(answer) if isinstance(answer, str) else None
-    if match is None:
+    value = _as_int(answer)
+    if value is None:
         return False
     spec = parse_problem(problem_text)
-    value = int(match.group(1))
     for op, a in spec.ops:
         value = _apply(value, op, a)
     return value % spec.modulus == spec.target % spec.modulus
@@ -241,11 +247,10 @@ def refine_response(rng: np.random.Generator, problem: Mapping, candidates: Sequ
     spec = parse_problem(problem["problem"])
     checked, lines = [], []
     for cand in (candidates if ranked else reversed(candidates)):
-        answer = final_answer(cand)
-        match = _INT_RE.fullmatch(answer) if answer is not None else None
-        x = int(match.group(1)) % spec.modulus if match else None
-        if x is None or x in checked:
+        x = _as_int(final_answer(cand))
+        if x is None or x % spec.modulus in checked:
             continue
+        x %= spec.modulus
         checked.append(x)
         lines.append(try_line(spec, x))
         if lines[-1].endswith(" ok"):
@@ -287,25 +292,27 @@ def majority_order(candidates: Sequence[str]) -> list:
     """Candidate indices by how many candidates share each one's answer (`final_answer` as an
     int), most first, ties to the lower index, those without an answer last: the ranking of
     the eval's `majority` top-k (`operators.verify.majority`)."""
-    def key(text):
-        answer = final_answer(text)
-        match = _INT_RE.fullmatch(answer) if answer is not None else None
-        return str(int(match.group(1))) if match else answer
-    keys = [key(c) for c in candidates]
-    votes = [keys.count(k) if k is not None else 0 for k in keys]
-    return sorted(range(len(candidates)), key=lambda i: -votes[i])
+    answers = [final_answer(c) for c in candidates]
+    keys = [a if _as_int(a) is None else str(_as_int(a)) for a in answers]
+    votes = collections.Counter(k for k in keys if k is not None)
+    return sorted(range(len(keys)), key=lambda i: -votes[keys[i]] if keys[i] is not None else 0)
+
+
+def _ranked(ranking: str) -> bool:
+    """Whether a workspace `ranking` orders its candidates (#1 the best); raises naming it."""
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking={ranking!r}; allowed: {RANKINGS}")
+    return ranking == "majority"
 
 
 def _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate, drafts=0, ranking="random") -> list:
     """k quoted drafts: the first k of `drafts` (>= k; 0: k) independent drafts (a random k),
     or with `ranking="majority"` the top k by `majority_order`, rank 1 first."""
-    if ranking not in RANKINGS:
-        raise ValueError(f"ranking={ranking!r}; allowed: {RANKINGS}")
     if drafts and drafts < k:
         raise ValueError(f"drafts={drafts} < k={k}: a workspace quotes k of the drafts")
     ds = [draft(rng, problem, draft_tokens, false_rate) for _ in range(max(drafts, k))]
-    order = majority_order(ds) if ranking == "majority" else range(len(ds))
-    return [quote(ds[i], tail_tokens) for i in list(order)[:k]]
+    order = majority_order(ds) if _ranked(ranking) else range(len(ds))
+    return [quote(ds[i], tail_tokens) for i in order[:k]]
 
 
 def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: str = "compact", *,
@@ -318,7 +325,7 @@ def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: 
     candidates = _workspace(rng, problem, k, draft_tokens, tail_tokens, false_rate, drafts, ranking)
     ignored = bool(rng.random() < refine_ignore)
     response = (solve_response(rng, problem) if ignored
-                else refine_response(rng, problem, candidates, ranked=ranking != "random"))
+                else refine_response(rng, problem, candidates, ranked=_ranked(ranking)))
     topk = prompts.template_set(templates)["pdr_topk"]
     prompt = prompts.render(topk, problem=problem["problem"], candidates=prompts.render_candidates(topk, candidates))
     return {"id": problem["id"], "prompt": prompt, "response": response, "candidates": candidates, "ignored": ignored}
@@ -388,10 +395,10 @@ def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts
         for b in long_cot_budgets:
             out[f"long_cot@{b}"].append((right(p, cut(full, b)), min(len(full) + 1, b)))
         ds = [cut(solve_response(rng, p), budget) for _ in range(drafts)]
-        order = majority_order(ds) if ranking == "majority" else rng.permutation(drafts)
+        order = majority_order(ds) if _ranked(ranking) else rng.permutation(drafts)
         ws = [quote(ds[i], tail_tokens) for i in order[:k or drafts]]
         refine = (solve_response(rng, p) if rng.random() < refine_ignore
-                  else refine_response(rng, p, ws, ranked=ranking == "majority"))
+                  else refine_response(rng, p, ws, ranked=_ranked(ranking)))
         first = min(len(ds[order[0]]) + 1, budget)
         out["pdr"].append((right(p, cut(refine, budget)), first + min(len(refine) + 1, budget)))
         out["best_of_n"].append((any(right(p, d) for d in ds), first))
