@@ -118,13 +118,57 @@ def top_p_mask(logits: Array, p: float) -> Array:
 def choose_tokens(logits: Array, keys: Array, scfg: SamplingConfig) -> Array:
     """One token per row from fp32 logits `[R, V]` with per-row keys `[R]`."""
     if scfg.temperature == 0.0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return blocked_argmax(logits)
     scaled = logits / scfg.temperature
     if scfg.top_k > 0:
         scaled = top_k_mask(scaled, scfg.top_k)
     if scfg.top_p < 1.0:
         scaled = top_p_mask(scaled, scfg.top_p)
-    return jax.vmap(jax.random.categorical)(keys, scaled).astype(jnp.int32)
+    return blocked_categorical(keys, scaled)
+
+
+SAMPLE_BLOCK = 128  # vocabulary block of `blocked_categorical`
+
+
+def vocab_blocks(logits: Array, block: int = SAMPLE_BLOCK) -> Array:
+    """`[R, V]` -> `[R, ceil(V / block), block]`, the tail padded with `-inf`. Reductions over
+    128-wide blocks and then over the blocks run about 3.5x faster on XLA:CPU than one
+    reduction over a 49,152-wide row (a batch-256 logsumexp: 8 ms against 29 ms)."""
+    rows, vocab = logits.shape
+    nb = -(-vocab // block)
+    if nb * block != vocab:
+        logits = jnp.pad(logits, ((0, 0), (0, nb * block - vocab)), constant_values=-jnp.inf)
+    return logits.reshape(rows, nb, block)
+
+
+def blocked_argmax(logits: Array, block: int = SAMPLE_BLOCK) -> Array:
+    """`jnp.argmax(logits, -1)` (the first maximum) through `vocab_blocks`: the first block
+    holding the row's maximum, then the first maximum inside it (batch 256: 1.5 ms, not 21)."""
+    blocks = vocab_blocks(logits, block)
+    chosen = jnp.argmax(blocks.max(axis=-1), axis=-1)
+    inner = jnp.take_along_axis(blocks, chosen[:, None, None], axis=1)[:, 0]
+    return (chosen * block + jnp.argmax(inner, axis=-1)).astype(jnp.int32)
+
+
+def blocked_categorical(keys: Array, logits: Array, block: int = SAMPLE_BLOCK) -> Array:
+    """Exact draws from `softmax(logits [R, V])`, one per row, in two Gumbel-max stages.
+
+    The vocabulary is cut into blocks of `block` tokens: a block is drawn from the block
+    masses (`logsumexp` of its logits, Gumbel-max over V / block values), then a token
+    inside it (Gumbel-max over `block` values). P(block) * P(token | block) = P(token), so
+    the law is the categorical's; only V / block + block Gumbel variates are drawn per row
+    instead of V (at V = 49,152: 512 instead of 49,152, which at batch 256 was about a fifth
+    of the decode step). Blocks of `-inf` logits (top-k/top-p filtered) are never drawn.
+    Row r uses only `keys[r]`, so a row's draw does not depend on the batch.
+    """
+    blocks = vocab_blocks(logits, block)
+    nb = blocks.shape[1]
+    pair = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+    gumbel = lambda k, n: jax.vmap(lambda kk: jax.random.gumbel(kk, (n,), jnp.float32))(k)
+    chosen = jnp.argmax(jax.nn.logsumexp(blocks, axis=-1) + gumbel(pair[:, 0], nb), axis=-1)
+    inner = jnp.take_along_axis(blocks, chosen[:, None, None], axis=1)[:, 0]  # [R, block]
+    token = chosen * block + jnp.argmax(inner + gumbel(pair[:, 1], block), axis=-1)
+    return token.astype(jnp.int32)
 
 
 def sample_keys(prompt_keys: Array, num_samples: int) -> Array:
@@ -283,8 +327,10 @@ def compaction_sizes(rows: int, min_rows: int, multiple: int = 1) -> tuple:
 
 
 def _chosen_logprob(logits: Array, tok: Array) -> Array:
-    """log-softmax of `logits [R, V]` at `tok [R]`, without materialising the [R, V] log-softmax."""
-    return jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] - jax.nn.logsumexp(logits, axis=-1)
+    """log-softmax of `logits [R, V]` at `tok [R]`, without materialising the [R, V] log-softmax
+    (the logsumexp taken per vocabulary block, then over the blocks: `vocab_blocks`)."""
+    lse = jax.nn.logsumexp(jax.nn.logsumexp(vocab_blocks(logits), axis=-1), axis=-1)
+    return jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] - lse
 
 
 def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, index: Array, logits: Array,

@@ -445,6 +445,23 @@ def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None) -> tuple:
                   _constrain(jnp.swapaxes(cache.v[i], 1, 2), v_axes, mesh)) for i in range(cache.k.shape[0]))
 
 
+def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float) -> Array:
+    """One query token per row over its cache (the decode step's attention), in fp32.
+
+    q `[B, K, G, Dh]` (G query heads per kv head), keys `[B, K, Dh, S]`, values `[B, K, S, Dh]`
+    (`decode_cache` layout), `mask [B, S]` -> `[B, K, G, Dh]`. Written as broadcast products
+    reduced over Dh and then over S rather than as batched dots: with G = 3 query rows per kv
+    head the dots are B * K tiny matmuls, while XLA:CPU fuses the multiply-reduce into one
+    streaming pass over the cache. Measured with `benchmarks/decode_floor.py` (30 layers):
+    about 1.75x the dots' speed at batch 256 x 448 slots, 1.6x at 128 x 112, equal at 32 x 112.
+    """
+    f32 = jnp.float32
+    scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
+    scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(f32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    return (probs[..., None] * cache_v.astype(f32)[:, :, None]).sum(axis=3)
+
+
 def _rms(x: Array, scale: Array, eps: float) -> Array:
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
@@ -497,11 +514,7 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
         cache_v = jax.lax.dynamic_update_slice(cache_v, val[:, :, None].astype(cache_v.dtype), (0, 0, index, 0))
         new_caches.append((cache_k, cache_v))
         q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
-        scores = jnp.einsum("bkgh,bkhs->bkgs", q, cache_k.astype(dt),
-                            preferred_element_type=jnp.float32) * scale
-        scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgs,bksh->bkgh", probs, cache_v.astype(dt)).reshape(b, n * h)
+        out = cache_attention(q, cache_k, cache_v, mask, scale).astype(dt).reshape(b, n * h)
         x = x + _apply(out, layer["o"])
         y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
         if "gate_up" in layer:
