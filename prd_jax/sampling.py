@@ -10,7 +10,10 @@ on its own prompt and key, never on the rest of the batch.
 
 Logprobs are the model's log-softmax (temperature 1, no top-p/top-k filtering) of the
 chosen token: the sampling policy's logprob when sampling at temperature 1 (computed as
-logit minus logsumexp, without materialising the [R, V] log-softmax).
+logit minus logsumexp, without materialising the [R, V] log-softmax). Draws at T > 0 are
+exact two-stage Gumbel-max draws over 128-token vocabulary blocks (`blocked_categorical`),
+and the argmax and logsumexp run per block too (`vocab_blocks`): same results, a fraction
+of the cost on XLA:CPU (README, "Where a decode step goes").
 
 Decode (`SamplingConfig.decode_layers`): "unrolled" (default) runs the loop body over
 per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and per-layer
