@@ -304,19 +304,32 @@ TRAIN_QUERY_BLOCK = 128
 def causal_block_attention(q: Array, key: Array, val: Array, mask: Array, scale: float,
                            block: int = TRAIN_QUERY_BLOCK) -> Array:
     """Causal self-attention without a cache (training, scoring) in query blocks that skip
-    the keys after the block: query block i attends to keys `[0, (i+1) * block)` only.
+    the keys after the block: query block i attends to keys `[0, i * block + block)` only.
 
-    `mask [B, 1, T, T]` is causal (and block-diagonal for packed rows), so every skipped key
-    is masked anyway: the result equals one dense call (a masked key's weight is exactly 0),
-    at about `(nb + 1) / (2 nb)` of its score work for `nb = T / block` blocks.
+    q `[B, T, N, Dh]`, key/val `[B, T, K, Dh]`, `mask [B, 1, T, T]` causal (and block-diagonal
+    for packed rows), so every skipped key is masked anyway: the result equals one dense
+    `jax.nn.dot_product_attention` call (a masked key's weight is exactly 0; a query with no
+    visible key averages all keys, as there), at about `(nb + 1) / (2 nb)` of its score work
+    for `nb = T / block` blocks. Heads are laid out `[B, K, G, T, Dh]` once per layer, so
+    every block's scores, softmax and their gradients run on contiguous rows (the per-block
+    relayouts of the dense call were about a fifth of SmolLM2's train step; README, MFU).
     """
-    t = q.shape[1]
-    if t <= block or t % block:
-        return jax.nn.dot_product_attention(q, key, val, mask=mask, scale=scale)
-    outs = [jax.nn.dot_product_attention(q[:, i:i + block], key[:, :i + block], val[:, :i + block],
-                                         mask=mask[:, :, i:i + block, :i + block], scale=scale)
-            for i in range(0, t, block)]
-    return jnp.concatenate(outs, axis=1)
+    b, t, n, dh = q.shape
+    k = key.shape[2]
+    qh = (q * jnp.asarray(scale, q.dtype)).reshape(b, t, k, n // k, dh).transpose(0, 2, 3, 1, 4)
+    kh, vh = key.transpose(0, 2, 1, 3), val.transpose(0, 2, 1, 3)  # [B, K, T, Dh]
+    masked = jnp.asarray(-0.7 * jnp.finfo(jnp.float32).max, jnp.float32)  # as jax.nn's dense call
+    outs = []
+    for i in range(0, t, block):
+        end = min(i + block, t)
+        s = jnp.einsum("bkgqd,bksd->bkgqs", qh[:, :, :, i:end], kh[:, :, :end],
+                       preferred_element_type=jnp.float32)
+        s = jnp.where(mask[:, :, None, i:end, :end], s, masked)
+        p = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
+        p = p / jnp.sum(p, axis=-1, keepdims=True)
+        outs.append(jnp.einsum("bkgqs,bksd->bkgqd", p.astype(vh.dtype), vh[:, :, :end]))
+    out = jnp.concatenate(outs, axis=3)  # [B, K, G, T, Dh]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, dh)
 
 
 def prefill_attention(q: Array, key: Array, val: Array, start: Array, scale: float,

@@ -39,17 +39,23 @@ def split_microbatches(batch: dict, accum: int) -> dict:
 
 def train_step(state: TrainState, batch: dict, *, loss_fn: Callable, optimizer, schedule=None):
     """Accumulate over `batch` (leading microbatch axis), apply one update; returns (state, metrics)."""
+    def grad(mb):
+        return jax.value_and_grad(lambda p: _split(loss_fn(p, mb)), has_aux=True)(state.params)
+
     def micro(carry, mb):
         grads, total, count, sums = carry
-        (s, (c, m)), g = jax.value_and_grad(lambda p: _split(loss_fn(p, mb)), has_aux=True)(state.params)
+        (s, (c, m)), g = grad(mb)
         sums = jax.tree.map(jnp.add, sums, m)
         return (jax.tree.map(jnp.add, grads, g), total + s, count + c, sums), None
 
     first = jax.tree.map(lambda x: x[0], batch)
-    _, (_, m0) = jax.eval_shape(lambda: _split(loss_fn(state.params, first)))
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m0)
-    g0 = jax.tree.map(jnp.zeros_like, state.params)
-    (grads, total, count, sums), _ = jax.lax.scan(micro, (g0, 0.0, 0.0, zeros), batch)
+    if jax.tree.leaves(batch)[0].shape[0] == 1:  # one microbatch: no scan, no zero-filled accumulators
+        (total, (count, sums)), grads = grad(first)
+    else:
+        _, (_, m0) = jax.eval_shape(lambda: _split(loss_fn(state.params, first)))
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m0)
+        g0 = jax.tree.map(jnp.zeros_like, state.params)
+        (grads, total, count, sums), _ = jax.lax.scan(micro, (g0, 0.0, 0.0, zeros), batch)
     denom = jnp.maximum(count, 1.0)
     grads = jax.tree.map(lambda g: g / denom, grads)
     grad_norm = optax.tree.norm(grads)
