@@ -114,6 +114,22 @@ def test_drafts_and_refine_get_their_own_rows(sft_workdir, spread_reward):
     assert "reward/draft" in metrics and batch["advantages"].shape == (stage.rows,)
 
 
+def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
+    """`rl.compact_min_rows` reaches the standard rollouts and every operator call (PDR §3.3
+    rows) and leaves each training row as the static sampler gives it (issue 16 §3)."""
+    static, params, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5"])
+    compact, _, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5",
+                                                         "--config.rl.compact_min_rows=2"])
+    assert compact.operator.ctx.sampling.compact_min_rows == 2 and static.operator.ctx.sampling.compact_min_rows == 0
+    a, _ = static.next_batch(_State(params), 0)
+    b, _ = compact.next_batch(_State(params), 0)
+    for key in ("inputs", "targets", "weights", "segment_ids"):
+        np.testing.assert_array_equal(b[key], a[key])
+    np.testing.assert_allclose(b["old_logp"], a["old_logp"], atol=1e-5)  # fp32 rounding of smaller batches
+    with pytest.raises(ValueError, match="compact_min_rows"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_min_rows=-1"])
+
+
 def test_continual_mode_needs_and_loads_a_baseline_rl_checkpoint(sft_workdir, tmp_path, spread_reward):
     from prd_jax.train import setup
     from prd_jax.train.run import train

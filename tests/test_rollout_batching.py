@@ -183,6 +183,7 @@ def test_operator_calls_with_compaction_equal_static_calls():
     drafts' fan-out included) and changes no token, budget or final answer."""
     from fakes import CharTokenizer
 
+    from prd_jax.operators.calls import sampling_config
     from prd_jax.operators.lm import ModelLM
     from prd_jax.operators.runner import encode_problems, make_context, run_operator
     from prd_jax.operators.specs import PDR, Sampling
@@ -196,7 +197,12 @@ def test_operator_calls_with_compaction_equal_static_calls():
     keys = jax.random.split(jax.random.key(5), 2)
     static = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx)
     compact = run_operator(ModelLM(params, cfg, 0, compact_min_rows=2), probs, keys, spec, ctx)
-    np.testing.assert_array_equal(compact.final_tokens, static.final_tokens)
-    np.testing.assert_array_equal(compact.b_total, static.b_total)
-    np.testing.assert_array_equal(compact.b_seq, static.b_seq)
+    # the eval / operator-RL route: the context's Sampling carries it to every call's SamplingConfig
+    ctx_compact = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS, compact_min_rows=2), kappa=8, k_max=4)
+    assert sampling_config(ctx_compact, 8, 4).compact_min_rows == 2
+    routed = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx_compact)
+    for out in (compact, routed):
+        np.testing.assert_array_equal(out.final_tokens, static.final_tokens)
+        np.testing.assert_array_equal(out.b_total, static.b_total)
+        np.testing.assert_array_equal(out.b_seq, static.b_seq)
     assert int(np.asarray(static.b_total).min()) < 2 * 8 * 24  # rows stopped early: compaction had work

@@ -246,7 +246,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
                            rl.minibatches)]
     if stage.num_standard:
         scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
-                              tuple(tokenizer.stop_ids), rl.max_rows_per_call)
+                              tuple(tokenizer.stop_ids), rl.max_rows_per_call, rl.compact_min_rows)
         call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)
         progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
     if stage.operator:
@@ -264,7 +264,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
                                        _keys(v.rows, mesh))
 
         scfg = SamplingConfig(rl.verifier_max_new_tokens, rl.temperature, rl.top_p, 0, 1, tuple(tokenizer.stop_ids),
-                              rl.max_rows_per_call)
+                              rl.max_rows_per_call, rl.compact_min_rows)
         call = SamplerCall(f"verifier.{rl.verifier}", v.rows, prompts.shape[1], scfg)
         progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
     return progs
@@ -321,7 +321,7 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
-                        config.get("max_rows_per_call", 0))
+                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0))
     return _context(tokenizer, sampling, spec.kappa, spec.k_max, config.get("templates", "default"))
 
 

@@ -120,6 +120,8 @@ class Sampling:
     top_k: int = 0
     stop_ids: tuple = ()
     max_rows: int = 0  # most decode rows in flight per call (sampling.SamplingConfig.max_rows); 0 = all
+    # > 0: every call compacts its finished rows, down to this many (SamplingConfig.compact_min_rows)
+    compact_min_rows: int = 0
 
 
 def _check_bool(obj, *fields):

@@ -114,7 +114,7 @@ class OperatorRollouts:
         # the grader (oracle selectors, PDR §4.3) and majority grouper are the task's (tasks.grading);
         # `rows` are the run's problems, which a code task's grader looks up by task id
         self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids),
-                                                    rl.max_rows_per_call),
+                                                    rl.max_rows_per_call, rl.compact_min_rows),
                                 grader=TaskGrader(task, tokenizer, rows), grouper=TaskGrouper(task, tokenizer),
                                 k_max=spec.k_max, kappa=spec.kappa, trace=True, templates=rl.templates)
         last = len(spec.round_sizes()) - 1
@@ -196,7 +196,7 @@ class VerifierRollouts:
         segs = fill(self.template, problem[0].shape[0], {k: fills[k] for k in self.template.slots})
         prompts, plen, _ = assemble(segs, width(segs), self.pad_id)
         scfg = SamplingConfig(self.rl.verifier_max_new_tokens, self.rl.temperature, self.rl.top_p, 0, 1,
-                              tuple(self.tok.stop_ids), self.rl.max_rows_per_call)
+                              tuple(self.tok.stop_ids), self.rl.max_rows_per_call, self.rl.compact_min_rows)
         out = ModelLM(params, self.cfg, self.pad_id, self.mesh).generate(prompts, plen, keys, scfg,
                                                                          name=f"verifier.{self.rl.verifier}")
         return prompts, plen, out

@@ -109,13 +109,16 @@ class RLConfig:
     # (0 = max_prompt_tokens). Standard rollout prompts are max_prompt_tokens wide.
     max_rows_per_call: int = 0
     max_problem_tokens: int = 0
+    # > 0: rollout, operator and verifier calls compact their finished rows (B -> B/2 -> ... down
+    # to this many; `sampling.SamplingConfig.compact_min_rows`): same tokens, cost follows live rows
+    compact_min_rows: int = 0
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
                   "updates_per_batch", "minibatches"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
-        for f in ("max_rows_per_call", "max_problem_tokens"):
+        for f in ("max_rows_per_call", "max_problem_tokens", "compact_min_rows"):
             if getattr(self, f) < 0:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 0 (0 = no separate bound)")
         if self.max_rows_per_call and self.max_rows_per_call < self.samples_per_prompt:
@@ -435,7 +438,7 @@ class RLStage:
             prompts[i, pw - len(c[0]):] = c[0]
         keys = jax.random.split(key, len(chosen))
         scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, g, tuple(self.tok.stop_ids),
-                              rl.max_rows_per_call)
+                              rl.max_rows_per_call, rl.compact_min_rows)
         t0 = time.perf_counter()
         out = to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
         t1 = time.perf_counter()
