@@ -351,8 +351,15 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     ids, so later steps cost what the live rows need. Every row keeps its key, position and
     cache, and step t folds t into its key in every phase, so each row's tokens equal the
     static loop's (`sizes == (rows,)`; tested in tests/test_rollout_batching.py).
+
+    Under a mesh the rows are cut into the batch axes' S shards and compaction is shard-local
+    (`_compact`): a phase ends when every shard holds at most half its rows live, and each
+    shard keeps its own rows, so the gather moves no cache between devices. (A global gather
+    of batch-sharded rows made XLA replicate the cache: 149 GB of temporaries per v5p chip
+    for the Qwen3-8B rollout, against 26 GB without compaction.)
     """
     rows = logits.shape[0]
+    shards = 1 if mesh is None else batch_size_multiple(mesh)
     tokens = jnp.full((rows, gen_len), pad_id, jnp.int32)
     logprobs = jnp.zeros((rows, gen_len), jnp.float32)
     lengths_all, finished_all = jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool)
@@ -362,8 +369,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     for phase, size in enumerate(sizes):
         last = phase == len(sizes) - 1
         if phase:
-            order = jnp.argsort(live["finished"], stable=True)[:size]  # live rows first
-            live = jax.tree.map(lambda x: jnp.take(x, order, axis=0), live)
+            live = _compact(live, size, shards)
             if mesh is not None:
                 live = _constrain_rows(live, mesh)
         identity = phase == 0  # ids are 0..rows-1: plain column writes
@@ -371,8 +377,8 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
         def cond(state, size=size, last=last):
             step, _, _, _, lv = state
             go = (step < max_new) & ~jnp.all(lv["finished"])
-            if not last:
-                go = go & (jnp.sum(~lv["finished"]) > size // 2)
+            if not last:  # the fullest shard decides: every shard keeps its own rows
+                go = go & (jnp.max(jnp.sum(~lv["finished"].reshape(shards, -1), axis=1)) > size // (2 * shards))
             return go
 
         def body(state, identity=identity):
@@ -400,6 +406,19 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
         lengths_all = lengths_all.at[live["ids"]].set(live["lengths"], unique_indices=True)
         finished_all = finished_all.at[live["ids"]].set(live["finished"], unique_indices=True)
     return SampleOutput(tokens, logprobs, lengths_all, finished_all)
+
+
+def _compact(live: dict, size: int, shards: int) -> dict:
+    """The first `size / shards` rows of each of `shards` contiguous row blocks, live rows
+    first (stable), for every leaf of `live` (rows on axis 0): a per-shard gather."""
+    n = live["finished"].shape[0] // shards
+    order = jnp.argsort(live["finished"].reshape(shards, n), axis=1, stable=True)[:, :size // shards]
+
+    def take(x):
+        blocks = x.reshape(shards, n, *x.shape[1:])
+        return jax.vmap(lambda b, i: jnp.take(b, i, axis=0))(blocks, order).reshape(size, *x.shape[1:])
+
+    return jax.tree.map(take, live)
 
 
 def _constrain_rows(live: dict, mesh: Mesh) -> dict:
