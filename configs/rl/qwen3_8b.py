@@ -92,6 +92,9 @@ def get_config(arg=None):
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
         max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],
+        # rollout lengths spread up to 16k: each call's decode batch halves (per batch shard) as rows
+        # finish, down to a quarter (sampling._decode_unrolled)
+        compact_min_rows=MAX_ROWS[arg] // 4,
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
         cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
         aux_sft_normaliser="correct_token_mean", updates_per_batch=1))
