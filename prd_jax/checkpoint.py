@@ -407,11 +407,12 @@ def _read_only_manager(directory):
 
 
 def describe(workdir, *, require: bool = False) -> dict:
-    """Summary of a run: newest restorable step (as `latest_step` and `step`), its meta,
+    """Summary of a run: newest step whose params read (as `latest_step` and `step`), its meta,
     parameter count, params digest, `workdir/config.json` and the last line of
     `workdir/metrics.jsonl`.
 
-    Only the `params` subtree of the state is read, as host numpy arrays (no mesh needed).
+    Only the `params` subtree of the state is read, as host numpy arrays (no mesh needed), so
+    a step whose optimizer state alone is damaged is still reported (a resume would skip it).
     With no readable step the step fields are None, or, with `require=True`, it raises
     `NoCheckpointError` saying where it looked.
     """

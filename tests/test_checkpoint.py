@@ -116,12 +116,12 @@ def test_meta_json_values(tmp_path, params):
         Checkpointer(tmp_path, save_every=1, keep=0)
 
 
-def _truncate_arrays(step_dir):
+def _truncate_arrays(step_dir, keep: float = 0.5):
     data = step_dir / "state" / "ocdbt.process_0" / "d"
     files = sorted(data.iterdir())
     assert files, f"no array data files under {data}"
     for f in files:
-        os.truncate(f, f.stat().st_size // 2)
+        os.truncate(f, int(f.stat().st_size * keep))
 
 
 def _delete_meta_json(step_dir):
@@ -442,7 +442,9 @@ def test_describe(tmp_path, params):
     assert info["meta"] == {"data_position": 2000}
     assert info["config"] == {"model": "tiny", "lr": 1e-4}
     assert info["last_metrics"] == {"step": 20, "loss": 1.5}
-    _truncate_arrays(tmp_path / "checkpoints" / "20")
+    # describe reads only the params (a third of the state's bytes); OCDBT's write order varies,
+    # so halving the data files can spare every params chunk: empty them instead
+    _truncate_arrays(tmp_path / "checkpoints" / "20", keep=0.0)
     info = describe(tmp_path)
     assert info["latest_step"] == info["step"] == 10
     assert info["params_digest"] == params_digest(_state(params, 10)["params"])
