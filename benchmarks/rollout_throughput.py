@@ -8,7 +8,8 @@ Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.js
 no top-k, stopping at the tokenizer's stop ids or `--max-new-tokens`. Useful tokens are the
 tokens each row generates up to and including its stop token. Ours runs all requests as
 one sampler call with `compact_min_rows` (the decode batch halves whenever the live rows
-fall to half, down to that size); transformers runs them in static batches of
+fall to half, down to that size) and `prefill_groups` (length-sorted row groups prefilled
+over their own slot windows, `sampling.grouped_prefill`); transformers runs them in static batches of
 `--hf-batch`, each decoding until its longest row stops. `padding_fraction` is the share
 of decoded row-steps that are not useful tokens: for ours the row-steps follow the
 compaction schedule replayed from the rows' lengths, for transformers each batch costs
@@ -41,13 +42,13 @@ def compaction_row_steps(lengths, sizes, max_new: int) -> int:
     return total
 
 
-def run_ours(model, prompt_ids, keys, max_new: int, min_rows: int, max_rows: int):
+def run_ours(model, prompt_ids, keys, max_new: int, min_rows: int, max_rows: int, prefill_groups: int = 0):
     from prd_jax.sampling import Sampler, SamplingConfig
 
     tok = model.tokenizer
     sampler = Sampler(model.cfg, pad_id=tok.pad_id)
     scfg = SamplingConfig(max_new, temperature=1.0, stop_ids=tok.stop_ids, compact_min_rows=min_rows,
-                          max_rows=max_rows)
+                          max_rows=max_rows, prefill_groups=prefill_groups)
     jax.block_until_ready(sampler(model.params, prompt_ids, keys, scfg).tokens)  # compile + warm up
     t = time.perf_counter()
     out = sampler(model.params, prompt_ids, keys, scfg)
@@ -96,6 +97,8 @@ def main():
     parser.add_argument("--hf-batch", type=int, default=32)
     parser.add_argument("--min-rows", type=int, default=8, help="smallest compacted decode batch")
     parser.add_argument("--max-rows", type=int, default=0, help="our rows in flight at once (0 = all)")
+    parser.add_argument("--prefill-groups", type=int, default=8,
+                        help="length-sorted row groups prefilled over their own slot windows (0 = one prefill)")
     parser.add_argument("--static", action="store_true", help="also time our sampler without compaction")
     parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
@@ -112,17 +115,19 @@ def main():
     keys = jax.random.split(jax.random.key(0), len(prompt_ids))
     n = len(prompt_ids)
 
-    ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, args.min_rows, args.max_rows)
+    ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, args.min_rows, args.max_rows,
+                                args.prefill_groups)
     rows = bucket(n, 1) if not args.max_rows else min(bucket(n, 1), args.max_rows)
     sizes = compaction_sizes(rows, args.min_rows)
     ours_steps = compaction_row_steps(ours_len, sizes, args.max_new_tokens) * max(1, bucket(n, 1) // rows)
     ours_useful = int(ours_len.sum())
-    record = {"requests": n, "max_new_tokens": args.max_new_tokens,
+    record = {"requests": n, "max_new_tokens": args.max_new_tokens, "prefill_groups": args.prefill_groups,
               "ours_useful_tokens_per_s": round(ours_useful / ours_s, 2)}
     print(f"ours (compacting, sizes {sizes}): {ours_s:.1f} s, {ours_useful} useful tokens, "
           f"mean length {ours_len.mean():.1f}, {int((ours_len >= args.max_new_tokens).sum())} rows at the cap")
     if args.static:
-        static_s, static_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, 0, args.max_rows)
+        static_s, static_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, 0, args.max_rows,
+                                        args.prefill_groups)
         assert (static_len == ours_len).all(), "compaction changed a row's length"
         record["ours_static_useful_tokens_per_s"] = round(ours_useful / static_s, 2)
         print(f"ours (static, one batch): {static_s:.1f} s; compaction speed-up {static_s / ours_s:.2f}x")

@@ -244,7 +244,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     tok = model.tokenizer
     lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids,
-                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0))
+                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
+                        config.get("prefill_groups", 0))
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = config.batch_size

@@ -19,8 +19,9 @@ Decode (`SamplingConfig.decode_layers`): "unrolled" (default) runs the loop body
 per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and per-layer
 caches updated in place (`decoder.decode_step`); "scan" is the stacked `nn.scan` forward,
 which dynamic-slices every layer's weights and cache on every step (kept for comparison).
-Prefill always uses the scanned forward. With `compact_min_rows`, the decode batch halves
-whenever at most half its rows are live (`_decode_unrolled`): same tokens per row.
+Prefill always uses the scanned forward; with `prefill_groups`, length-sorted row groups
+take only their own slot windows (`grouped_prefill`). With `compact_min_rows`, the decode
+batch halves whenever at most half its rows are live (`_decode_unrolled`): same tokens per row.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class SamplingConfig:
     stop_ids: tuple = ()
     max_rows: int = 0  # most decode rows (prompts x samples) in flight at once; 0 = all
     compact_min_rows: int = 0  # >0: halve the decode batch when live rows fall to half, down to this
+    prefill_groups: int = 0  # >1: prefill length-sorted row groups over their own slot windows
     decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
 
     def __post_init__(self):
@@ -78,6 +80,8 @@ class SamplingConfig:
                              f"{self.num_samples} (one prompt's samples run together)")
         if self.compact_min_rows < 0:
             raise ValueError(f"compact_min_rows={self.compact_min_rows}; must be >= 0 (0 = no compaction)")
+        if self.prefill_groups < 0:
+            raise ValueError(f"prefill_groups={self.prefill_groups}; must be >= 0 (0 or 1 = one prefill)")
         if self.decode_layers not in ("unrolled", "scan"):
             raise ValueError(f"decode_layers={self.decode_layers!r}; allowed: 'unrolled', 'scan'")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
@@ -205,6 +209,52 @@ def prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, cap
     return logits[:, 0], cache
 
 
+def prefill_windows(plen: int) -> tuple:
+    """Slot windows a row group's prefill can take in a `plen`-slot prompt bucket: a quarter,
+    a half, three quarters and all of it, rounded up to multiples of 8."""
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    return tuple(sorted({min(plen, 8 * ceil(ceil(plen * q, 4), 8)) for q in (1, 2, 3, 4)}))
+
+
+def grouped_prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, capacity: int,
+                    groups: int):
+    """`prefill`, with the rows sorted by prompt length and cut into `groups` groups, each
+    prefilled over only the last `w` slots of the bucket, `w` the smallest of
+    `prefill_windows(P)` that holds the group's longest prompt (a `lax.switch` inside a
+    `lax.map` over the groups: one compiled prefill per window).
+
+    Left padding makes the skipped slots padding for every row of the group, so the cache
+    is the same at every slot a row attends (`>= start`); the skipped slots stay zero and
+    are masked. Logits and cache equal `prefill`'s to fp32 rounding (other matmul shapes;
+    tested). Cost follows the rows' own lengths rather than the batch's longest: GSM8K chat
+    prompts average 92 tokens in a 192-slot bucket. Outputs are in the input row order.
+    """
+    rows, plen = prompts.shape
+    widths = prefill_windows(plen)
+    if groups <= 1 or rows % groups or len(widths) == 1:
+        return prefill(cfg, params, prompts, prompt_lengths, capacity)
+    order = jnp.argsort(prompt_lengths, stable=True)
+    per = rows // groups
+    grouped = lambda x: jnp.take(x, order, axis=0).reshape(groups, per, *x.shape[1:])  # noqa: E731
+    lengths = grouped(prompt_lengths)
+    window = jnp.minimum(jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths, axis=1)), len(widths) - 1)
+
+    def over(w):
+        def run(p, n):
+            logits, cache = prefill(cfg, params, p[:, plen - w:], n, capacity - (plen - w))
+            slots = ((0, 0), (0, 0), (plen - w, 0), (0, 0), (0, 0))
+            return logits, jnp.pad(cache.k, slots), jnp.pad(cache.v, slots)
+        return run
+
+    branches = [over(w) for w in widths]
+    logits, k, v = jax.lax.map(lambda xs: jax.lax.switch(xs[0], branches, xs[1], xs[2]),
+                               (window, grouped(prompts), lengths))
+    back = jnp.argsort(order)
+    merge = lambda x: jnp.take(x.swapaxes(0, 1).reshape(x.shape[1], rows, *x.shape[3:]), back, axis=1)  # noqa: E731
+    cache = KVCache(merge(k), merge(v), (plen - prompt_lengths).astype(jnp.int32), jnp.asarray(plen, jnp.int32))
+    return jnp.take(logits.reshape(rows, -1), back, axis=0), cache
+
+
 def row_chunks(batch: int, num_samples: int, max_rows: int, multiple: int = 1) -> int:
     """Number of sequential chunks C for `batch` prompts x `num_samples` rows under `max_rows`.
 
@@ -283,7 +333,10 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     batch, plen = prompts.shape
     if not fanout:
         prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
-    logits, cache = prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, mesh=mesh)
+    if scfg.prefill_groups > 1 and mesh is None:
+        logits, cache = grouped_prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, scfg.prefill_groups)
+    else:  # under a mesh the sort would move rows between devices: one prefill
+        logits, cache = prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, mesh=mesh)
     if fanout and m > 1:
         cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
                         _repeat_rows(cache.start, m), cache.index)

@@ -76,6 +76,42 @@ def test_compacted_rows_equal_the_static_sampler(tiny, num_samples, top_p):
             np.testing.assert_allclose(compact.logprobs[r, :n], alone.logprobs[m, :n], atol=1e-5)
 
 
+def test_grouped_prefill_equals_one_prefill(tiny):
+    """Length-sorted row groups prefilled over their own slot windows give one prefill's
+    logits, cache (at every slot a row attends) and, through the sampler, its tokens."""
+    from prd_jax.sampling import grouped_prefill, prefill, prefill_windows
+
+    cfg, params = tiny
+    plen = 16
+    lengths = np.array([len(p) for p in PROMPTS], np.int32)
+    prompts = np.zeros((len(PROMPTS), plen), np.int32)
+    for i, p in enumerate(PROMPTS):
+        prompts[i, plen - len(p):] = p
+    # sorted lengths 1,1,2,2 | 2,3,3,3 | 4,4,5,5 | 6,7,7,9: three groups fit the 8-slot window
+    assert prefill_windows(plen) == (8, 16)
+    ref_logits, ref = prefill(cfg, params, jnp.asarray(prompts), jnp.asarray(lengths), 40)
+    logits, got = grouped_prefill(cfg, params, jnp.asarray(prompts), jnp.asarray(lengths), 40, 4)
+    np.testing.assert_allclose(logits, ref_logits, atol=1e-5)
+    np.testing.assert_array_equal(got.start, ref.start)
+    assert int(got.index) == int(ref.index) == plen and got.k.shape == ref.k.shape
+    for r, n in enumerate(lengths):
+        for a, b in ((got.k, ref.k), (got.v, ref.v)):
+            np.testing.assert_allclose(a[:, r, plen - n:plen], b[:, r, plen - n:plen], atol=1e-5)
+    # the windows were used: row 4 (length 1) was prefilled over 8 slots, row 7 (length 9) over 16
+    assert not np.asarray(got.k[:, 4, :plen - 8]).any() and np.asarray(got.k[:, 7, :plen - 9]).any()
+    sampler = Sampler(cfg)
+    keys = jax.random.split(jax.random.key(4), len(PROMPTS))
+    for temperature in (0.0, 1.0):
+        base = dict(temperature=temperature, stop_ids=STOPS)
+        one = sampler(params, PROMPTS, keys, SamplingConfig(24, **base))
+        grouped = sampler(params, PROMPTS, keys, SamplingConfig(24, prefill_groups=4, compact_min_rows=2, **base))
+        np.testing.assert_array_equal(grouped.tokens, one.tokens)
+        np.testing.assert_array_equal(grouped.lengths, one.lengths)
+        np.testing.assert_allclose(grouped.logprobs, one.logprobs, atol=1e-4)
+    with pytest.raises(ValueError, match="prefill_groups"):
+        SamplingConfig(8, prefill_groups=-1)
+
+
 def test_compaction_on_a_mesh_equals_one_device(tiny):
     cfg, params = tiny
     mesh = make_mesh("data=2,fsdp=2,tensor=2")
@@ -212,8 +248,10 @@ def test_operator_calls_with_compaction_equal_static_calls():
     static = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx)
     compact = run_operator(ModelLM(params, cfg, 0, compact_min_rows=2), probs, keys, spec, ctx)
     # the eval / operator-RL route: the context's Sampling carries it to every call's SamplingConfig
-    ctx_compact = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS, compact_min_rows=2), kappa=8, k_max=4)
+    ctx_compact = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS, compact_min_rows=2, prefill_groups=2),
+                               kappa=8, k_max=4)
     assert sampling_config(ctx_compact, 8, 4).compact_min_rows == 2
+    assert sampling_config(ctx_compact, 8, 4).prefill_groups == 2
     routed = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx_compact)
     for out in (compact, routed):
         np.testing.assert_array_equal(out.final_tokens, static.final_tokens)

@@ -321,7 +321,8 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
     sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
-                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0))
+                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
+                        config.get("prefill_groups", 0))
     return _context(tokenizer, sampling, spec.kappa, spec.k_max, config.get("templates", "default"))
 
 

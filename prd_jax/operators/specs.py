@@ -122,6 +122,8 @@ class Sampling:
     max_rows: int = 0  # most decode rows in flight per call (sampling.SamplingConfig.max_rows); 0 = all
     # > 0: every call compacts its finished rows, down to this many (SamplingConfig.compact_min_rows)
     compact_min_rows: int = 0
+    # > 1: prefill length-sorted row groups over their own slot windows (SamplingConfig.prefill_groups)
+    prefill_groups: int = 0
 
 
 def _check_bool(obj, *fields):
