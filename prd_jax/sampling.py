@@ -226,8 +226,9 @@ def grouped_prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Ar
     Left padding makes the skipped slots padding for every row of the group, so the cache
     is the same at every slot a row attends (`>= start`); the skipped slots stay zero and
     are masked. Logits and cache equal `prefill`'s to fp32 rounding (other matmul shapes;
-    tested). Cost follows the rows' own lengths rather than the batch's longest: GSM8K chat
-    prompts average 92 tokens in a 192-slot bucket. Outputs are in the input row order.
+    tested). Outputs are in the input row order. Measured (README, rollout throughput): 256
+    GSM8K chat prompts in a 192-slot bucket, 8 groups, 69.0 s against 81.3 s for one prefill,
+    though the windows cover 62.5% of the slots.
     """
     rows, plen = prompts.shape
     widths = prefill_windows(plen)

@@ -311,8 +311,9 @@ def causal_block_attention(q: Array, key: Array, val: Array, mask: Array, scale:
     `jax.nn.dot_product_attention` call (a masked key's weight is exactly 0; a query with no
     visible key averages all keys, as there), at about `(nb + 1) / (2 nb)` of its score work
     for `nb = T / block` blocks. Heads are laid out `[B, K, G, T, Dh]` once per layer, so
-    every block's scores, softmax and their gradients run on contiguous rows (the per-block
-    relayouts of the dense call were about a fifth of SmolLM2's train step; README, MFU).
+    every block's scores, softmax and their gradients run on contiguous rows, not relaid per
+    block as the dense call's were (fwd + bwd 39-41 ms against 48-52 ms per SmolLM2 layer at
+    [2, 512]; README, train-step MFU).
     """
     b, t, n, dh = q.shape
     k = key.shape[2]
