@@ -7,8 +7,8 @@ Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.js
 `PRD_DATA_DIR` applies) as SmolLM2-135M-Instruct chat prompts, fp32, temperature 1, top-p 1,
 no top-k, stopping at the tokenizer's stop ids or `--max-new-tokens`. Useful tokens are the
 tokens each row generates up to and including its stop token. Ours runs all requests as
-one sampler call with `compact_min_rows` (the decode batch halves whenever the live rows
-fall to half, down to that size) and `prefill_groups` (length-sorted row groups prefilled
+one sampler call with `compact_min_rows` and `compact_ratio` (the decode batch shrinks to
+`compact_ratio` of its rows whenever that many or fewer are live, down to `compact_min_rows`) and `prefill_groups` (length-sorted row groups prefilled
 over their own slot windows, `sampling.grouped_prefill`); transformers runs them in static batches of
 `--hf-batch`, each decoding until its longest row stops. `padding_fraction` is the share
 of decoded row-steps that are not useful tokens: for ours the row-steps follow the
@@ -36,19 +36,20 @@ def compaction_row_steps(lengths, sizes, max_new: int) -> int:
         live = int((lengths > t).sum())
         if live == 0:
             break
-        while phase < len(sizes) - 1 and live <= sizes[phase] // 2:
+        while phase < len(sizes) - 1 and live <= sizes[phase + 1]:
             phase += 1
         total += sizes[phase]
     return total
 
 
-def run_ours(model, prompt_ids, keys, max_new: int, min_rows: int, max_rows: int, prefill_groups: int = 0):
+def run_ours(model, prompt_ids, keys, max_new: int, min_rows: int, max_rows: int, prefill_groups: int = 0,
+             compact_ratio: float = 0.5):
     from prd_jax.sampling import Sampler, SamplingConfig
 
     tok = model.tokenizer
     sampler = Sampler(model.cfg, pad_id=tok.pad_id)
     scfg = SamplingConfig(max_new, temperature=1.0, stop_ids=tok.stop_ids, compact_min_rows=min_rows,
-                          max_rows=max_rows, prefill_groups=prefill_groups)
+                          max_rows=max_rows, prefill_groups=prefill_groups, compact_ratio=compact_ratio)
     jax.block_until_ready(sampler(model.params, prompt_ids, keys, scfg).tokens)  # compile + warm up
     t = time.perf_counter()
     out = sampler(model.params, prompt_ids, keys, scfg)
@@ -96,6 +97,8 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--hf-batch", type=int, default=32)
     parser.add_argument("--min-rows", type=int, default=8, help="smallest compacted decode batch")
+    parser.add_argument("--compact-ratio", type=float, default=0.5,
+                        help="each compaction phase's rows as a fraction of the previous phase's")
     parser.add_argument("--max-rows", type=int, default=0, help="our rows in flight at once (0 = all)")
     parser.add_argument("--prefill-groups", type=int, default=8,
                         help="length-sorted row groups prefilled over their own slot windows (0 = one prefill)")
@@ -116,13 +119,18 @@ def main():
     n = len(prompt_ids)
 
     ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, args.min_rows, args.max_rows,
-                                args.prefill_groups)
+                                args.prefill_groups, args.compact_ratio)
     rows = bucket(n, 1) if not args.max_rows else min(bucket(n, 1), args.max_rows)
-    sizes = compaction_sizes(rows, args.min_rows)
-    ours_steps = compaction_row_steps(ours_len, sizes, args.max_new_tokens) * max(1, bucket(n, 1) // rows)
+
+    def padding(ratio):  # share of decoded row-steps that are not useful tokens, replayed from the lengths
+        steps = compaction_row_steps(ours_len, compaction_sizes(rows, args.min_rows, 1, ratio), args.max_new_tokens)
+        return 1 - ours_len.sum() / (steps * max(1, bucket(n, 1) // rows))
+
+    sizes = compaction_sizes(rows, args.min_rows, 1, args.compact_ratio)
     ours_useful = int(ours_len.sum())
     record = {"requests": n, "max_new_tokens": args.max_new_tokens, "prefill_groups": args.prefill_groups,
-              "ours_useful_tokens_per_s": round(ours_useful / ours_s, 2)}
+              "compact_ratio": args.compact_ratio, "ours_useful_tokens_per_s": round(ours_useful / ours_s, 2),
+              "padding_fraction_by_ratio": {r: round(padding(r), 4) for r in (0.5, 0.75, 0.875)}}
     print(f"ours (compacting, sizes {sizes}): {ours_s:.1f} s, {ours_useful} useful tokens, "
           f"mean length {ours_len.mean():.1f}, {int((ours_len >= args.max_new_tokens).sum())} rows at the cap")
     if args.static:
@@ -140,7 +148,7 @@ def main():
               f"tokens, mean length {hf_len.mean():.1f}")
     hf_rate = float(hf_len.sum()) / hf_s
     record.update(hf_useful_tokens_per_s=round(hf_rate, 2), ratio=round(ours_useful / ours_s / hf_rate, 3),
-                  padding_fraction_ours=round(1 - ours_useful / ours_steps, 4),
+                  padding_fraction_ours=round(padding(args.compact_ratio), 4),
                   padding_fraction_hf=round(1 - float(hf_len.sum()) / hf_steps, 4))
     print(json.dumps({k: record[k] for k in ("requests", "ours_useful_tokens_per_s", "hf_useful_tokens_per_s",
                                              "ratio", "padding_fraction_ours", "padding_fraction_hf")}

@@ -58,6 +58,15 @@ RUN_SETTINGS = ("model", "model_path", "dataset", "task", "temperature", "top_p"
                 "templates", "enable_thinking")
 
 
+def eval_sampling(config, stop_ids) -> Sampling:
+    """The sampling every operator call of an eval run shares: `temperature`, `top_p`, `top_k`,
+    and the sampler's cost knobs `max_rows_per_call`, `compact_min_rows`, `compact_ratio`,
+    `prefill_groups` (`sampling.SamplingConfig`; none changes a row's tokens)."""
+    return Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(stop_ids),
+                    config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
+                    config.get("prefill_groups", 0), config.get("compact_ratio", 0.5))
+
+
 def model_overrides(config) -> dict:
     """ModelConfig overrides an eval config asks for: `dtype` (the paper configs compute in bf16)
     and `enable_thinking` (the chat template's thinking switch; unset: the template's default)."""
@@ -243,9 +252,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))
     tok = model.tokenizer
     lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
-    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tok.stop_ids,
-                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
-                        config.get("prefill_groups", 0))
+    sampling = eval_sampling(config, tok.stop_ids)
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = config.batch_size

@@ -21,7 +21,8 @@ caches updated in place (`decoder.decode_step`); "scan" is the stacked `nn.scan`
 which dynamic-slices every layer's weights and cache on every step (kept for comparison).
 Prefill always uses the scanned forward; with `prefill_groups`, length-sorted row groups
 take only their own slot windows (`grouped_prefill`). With `compact_min_rows`, the decode
-batch halves whenever at most half its rows are live (`_decode_unrolled`): same tokens per row.
+batch shrinks (by `compact_ratio`, half by default) whenever few enough rows are live
+(`_decode_unrolled`): same tokens per row.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class SamplingConfig:
     num_samples: int = 1
     stop_ids: tuple = ()
     max_rows: int = 0  # most decode rows (prompts x samples) in flight at once; 0 = all
-    compact_min_rows: int = 0  # >0: halve the decode batch when live rows fall to half, down to this
+    compact_min_rows: int = 0  # >0: shrink the decode batch as rows finish, down to this many rows
     prefill_groups: int = 0  # >1: prefill length-sorted row groups over their own slot windows
+    compact_ratio: float = 0.5  # each compaction phase's rows as a fraction of the previous phase's
     decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
 
     def __post_init__(self):
@@ -80,6 +82,8 @@ class SamplingConfig:
                              f"{self.num_samples} (one prompt's samples run together)")
         if self.compact_min_rows < 0:
             raise ValueError(f"compact_min_rows={self.compact_min_rows}; must be >= 0 (0 = no compaction)")
+        if not 0.0 < self.compact_ratio < 1.0:
+            raise ValueError(f"compact_ratio={self.compact_ratio}; allowed range (0, 1) (0.5 = halve per phase)")
         if self.prefill_groups < 0:
             raise ValueError(f"prefill_groups={self.prefill_groups}; must be >= 0 (0 or 1 = one prefill)")
         if self.decode_layers not in ("unrolled", "scan"):
@@ -350,7 +354,8 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
         return _decode_unrolled(cfg, weights, decode_cache(cache, mesh), cache.start, cache.index, logits,
                                 row_keys, max_new, scfg, gen_len=gen_len, pad_id=pad_id, stop_ids=stop_ids,
-                                sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple), mesh=mesh)
+                                sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple, scfg.compact_ratio),
+                                mesh=mesh)
 
     def cond(state):
         step, _, _, _, _, _, finished = state
@@ -378,12 +383,20 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     return SampleOutput(tokens, logprobs, lengths, finished)
 
 
-def compaction_sizes(rows: int, min_rows: int, multiple: int = 1) -> tuple:
-    """Decode batch sizes of the compaction phases: `rows`, `rows/2`, ... while the half is
-    whole, >= `min_rows` and a multiple of the batch mesh axes; `(rows,)` when `min_rows` is 0."""
+def compaction_sizes(rows: int, min_rows: int, multiple: int = 1, ratio: float = 0.5) -> tuple:
+    """Decode batch sizes of the compaction phases: `rows`, then each phase `ratio` of the one
+    before, rounded down to a multiple of the batch mesh axes (`multiple`), while that is
+    smaller than the phase before and >= `min_rows`; `(rows,)` when `min_rows` is 0.
+
+    `ratio` 0.5 halves (256, 128, 64, ...); 0.75 gives 256, 192, 144, 108, ...: twice the
+    phases (compiled loop bodies) for fewer decoded padding rows when most rows run long.
+    """
     sizes = [rows]
-    while min_rows and sizes[-1] % 2 == 0 and sizes[-1] // 2 >= min_rows and (sizes[-1] // 2) % multiple == 0:
-        sizes.append(sizes[-1] // 2)
+    while min_rows:
+        nxt = int(sizes[-1] * ratio) // multiple * multiple
+        if nxt < min_rows or nxt < 1 or nxt >= sizes[-1]:
+            break
+        sizes.append(nxt)
     return tuple(sizes)
 
 
@@ -400,17 +413,18 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     """The decode loop over per-layer weights and caches (`decode_step`), in compaction phases.
 
     Phase p decodes `sizes[p]` rows in its own `lax.while_loop`. A non-final phase ends when
-    at most half its rows are live; the live rows (and, to fill the half, finished ones) are
-    then gathered into a half-size batch with their caches, keys, logits and original row
-    ids, so later steps cost what the live rows need. Every row keeps its key, position and
-    cache, and step t folds t into its key in every phase, so each row's tokens equal the
-    static loop's (`sizes == (rows,)`; tested in tests/test_rollout_batching.py).
+    at most `sizes[p + 1]` of its rows are live; the live rows (and, to fill the batch,
+    finished ones) are then gathered into the next phase's batch with their caches, keys,
+    logits and original row ids, so later steps cost what the live rows need. Every row
+    keeps its key, position and cache, and step t folds t into its key in every phase, so
+    each row's tokens equal the static loop's (`sizes == (rows,)`; tested in
+    tests/test_rollout_batching.py).
 
     Under a mesh the rows are cut into the batch axes' S shards and compaction is shard-local
-    (`_compact`): a phase ends when every shard holds at most half its rows live, and each
-    shard keeps its own rows, so the gather moves no cache between devices. (A global gather
-    of batch-sharded rows made XLA replicate the cache: 149 GB of temporaries per v5p chip
-    for the Qwen3-8B rollout, against 26 GB without compaction.)
+    (`_compact`): a phase ends when every shard holds at most its share of the next size
+    live, and each shard keeps its own rows, so the gather moves no cache between devices.
+    (A global gather of batch-sharded rows made XLA replicate the cache: 149 GB of
+    temporaries per v5p chip for the Qwen3-8B rollout, against 26 GB without compaction.)
     """
     rows = logits.shape[0]
     shards = 1 if mesh is None else batch_size_multiple(mesh)
@@ -422,17 +436,18 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     step = jnp.int32(0)
     for phase, size in enumerate(sizes):
         last = phase == len(sizes) - 1
+        nxt = 0 if last else sizes[phase + 1]
         if phase:
             live = _compact(live, size, shards)
             if mesh is not None:
                 live = _constrain_rows(live, mesh)
         identity = phase == 0  # ids are 0..rows-1: plain column writes
 
-        def cond(state, size=size, last=last):
+        def cond(state, nxt=nxt, last=last):
             step, _, _, _, lv = state
             go = (step < max_new) & ~jnp.all(lv["finished"])
             if not last:  # the fullest shard decides: every shard keeps its own rows
-                go = go & (jnp.max(jnp.sum(~lv["finished"].reshape(shards, -1), axis=1)) > size // (2 * shards))
+                go = go & (jnp.max(jnp.sum(~lv["finished"].reshape(shards, -1), axis=1)) > nxt // shards)
             return go
 
         def body(state, identity=identity):

@@ -119,8 +119,10 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
     rows) and leaves each training row as the static sampler gives it (issue 16 §3)."""
     static, params, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5"])
     compact, _, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5",
-                                                         "--config.rl.compact_min_rows=2"])
+                                                         "--config.rl.compact_min_rows=2",
+                                                         "--config.rl.compact_ratio=0.75"])
     assert compact.operator.ctx.sampling.compact_min_rows == 2 and static.operator.ctx.sampling.compact_min_rows == 0
+    assert compact.operator.ctx.sampling.compact_ratio == 0.75 == compact.rl.sampler_config(8, 2, (1,)).compact_ratio
     a, _ = static.next_batch(_State(params), 0)
     b, _ = compact.next_batch(_State(params), 0)
     for key in ("inputs", "targets", "weights", "segment_ids"):
@@ -128,6 +130,8 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
     np.testing.assert_allclose(b["old_logp"], a["old_logp"], atol=1e-5)  # fp32 rounding of smaller batches
     with pytest.raises(ValueError, match="compact_min_rows"):
         stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_min_rows=-1"])
+    with pytest.raises(ValueError, match="compact_ratio"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_ratio=1.0"])
 
 
 def test_continual_mode_needs_and_loads_a_baseline_rl_checkpoint(sft_workdir, tmp_path, spread_reward):

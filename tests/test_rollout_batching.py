@@ -31,10 +31,16 @@ def test_compaction_sizes_hand_computed():
     assert compaction_sizes(16, 0) == (16,)
     assert compaction_sizes(16, 2) == (16, 8, 4, 2)
     assert compaction_sizes(16, 3) == (16, 8, 4)
-    assert compaction_sizes(12, 1) == (12, 6, 3)
+    assert compaction_sizes(12, 1) == (12, 6, 3, 1)  # halves rounded down
     assert compaction_sizes(16, 1, multiple=4) == (16, 8, 4)
+    # three quarters per phase: 192, 144, 108, 81, 60.75 -> 60, 45, 33.75 -> 33, ... 6.75 -> 6 < 8 stops
+    assert compaction_sizes(256, 8, 1, 0.75) == (256, 192, 144, 108, 81, 60, 45, 33, 24, 18, 13, 9)
+    assert compaction_sizes(16, 1, 4, 0.75) == (16, 12, 8, 4)  # 9 -> 8, 6 -> 4, 3 -> 0 stops
     with pytest.raises(ValueError, match="compact_min_rows"):
         SamplingConfig(8, compact_min_rows=-1)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="compact_ratio"):
+            SamplingConfig(8, compact_ratio=bad)
 
 
 def test_compaction_keeps_each_shards_rows_hand_computed():
@@ -51,14 +57,14 @@ def test_compaction_keeps_each_shards_rows_hand_computed():
     np.testing.assert_array_equal(one["ids"], [0, 2, 6, 1])
 
 
-@pytest.mark.parametrize("num_samples,top_p", [(1, 1.0), (2, 0.9)])
-def test_compacted_rows_equal_the_static_sampler(tiny, num_samples, top_p):
+@pytest.mark.parametrize("num_samples,top_p,ratio", [(1, 1.0, 0.5), (2, 0.9, 0.5), (1, 1.0, 0.75)])
+def test_compacted_rows_equal_the_static_sampler(tiny, num_samples, top_p, ratio):
     cfg, params = tiny
     sampler = Sampler(cfg)
     keys = jax.random.split(jax.random.key(21), len(PROMPTS))
     base = dict(temperature=1.0, top_p=top_p, num_samples=num_samples, stop_ids=STOPS)
     static = sampler(params, PROMPTS, keys, SamplingConfig(40, **base))
-    compact = sampler(params, PROMPTS, keys, SamplingConfig(40, compact_min_rows=2, **base))
+    compact = sampler(params, PROMPTS, keys, SamplingConfig(40, compact_min_rows=2, compact_ratio=ratio, **base))
     lengths = np.asarray(static.lengths)
     assert lengths.min() < 10 and lengths.max() > 20  # a skewed batch: compaction has work to do
     np.testing.assert_array_equal(compact.lengths, static.lengths)
@@ -112,11 +118,12 @@ def test_grouped_prefill_equals_one_prefill(tiny):
         SamplingConfig(8, prefill_groups=-1)
 
 
-def test_compaction_on_a_mesh_equals_one_device(tiny):
+@pytest.mark.parametrize("axes,ratio", [("data=2,fsdp=2,tensor=2", 0.5), ("data=2,tensor=4", 0.75)])
+def test_compaction_on_a_mesh_equals_one_device(tiny, axes, ratio):
     cfg, params = tiny
-    mesh = make_mesh("data=2,fsdp=2,tensor=2")
+    mesh = make_mesh(axes)  # batch shards 4: sizes (8, 4); 2 with three quarters: (8, 6, 4)
     keys = jax.random.split(jax.random.key(4), 8)
-    scfg = SamplingConfig(24, temperature=1.0, stop_ids=STOPS, compact_min_rows=4)
+    scfg = SamplingConfig(24, temperature=1.0, stop_ids=STOPS, compact_min_rows=4, compact_ratio=ratio)
     one = Sampler(cfg)(params, PROMPTS[:8], keys, scfg)
     multi = Sampler(cfg, mesh)(jax.device_put(params, param_shardings(cfg, mesh)), PROMPTS[:8], keys, scfg)
     np.testing.assert_array_equal(multi.tokens, one.tokens)

@@ -35,7 +35,9 @@ def get_config(arg=None):
         operator_fraction=0.0, operator=None, gradient_targets="refine", verifier="none", verifier_coef=1.0,
         verifier_threshold=0.2, verifier_pairs_per_prompt=4, verifier_max_new_tokens=32,
         verifier_candidate_max_tokens=64, seed_offset=0, templates=c.data.templates,
-        compact_min_rows=0))  # > 0: sampler calls compact finished rows down to this many (same tokens)
+        # > 0: sampler calls compact finished rows down to this many, each phase compact_ratio of the
+        # one before (same tokens)
+        compact_min_rows=0, compact_ratio=0.5))
     c.optim.learning_rate = 1e-4
     c.optim.warmup_steps = 0
     c.optim.decay_steps = 10

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
-from prd_jax.evaluate import _context, build_spec, model_overrides
+from prd_jax.evaluate import _context, build_spec, eval_sampling, model_overrides
 from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.decoder import param_shapes
@@ -34,7 +34,6 @@ from prd_jax.operators.core import Problems
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import operator_for
 from prd_jax.operators.runner import run
-from prd_jax.operators.specs import Sampling
 from prd_jax.sampling import SamplingConfig, generate
 from prd_jax.train.rl import RLStage
 from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
@@ -245,8 +244,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
     progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
                            rl.minibatches)]
     if stage.num_standard:
-        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, rl.samples_per_prompt,
-                              tuple(tokenizer.stop_ids), rl.max_rows_per_call, rl.compact_min_rows)
+        scfg = rl.sampler_config(rl.max_new_tokens, rl.samples_per_prompt, tokenizer.stop_ids)
         call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)
         progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
     if stage.operator:
@@ -263,8 +261,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
         prompts, _, _ = jax.eval_shape(v._generate_fn, _abstract_params(cfg, mesh), z(rl.problem_tokens), z(c), z(c),
                                        _keys(v.rows, mesh))
 
-        scfg = SamplingConfig(rl.verifier_max_new_tokens, rl.temperature, rl.top_p, 0, 1, tuple(tokenizer.stop_ids),
-                              rl.max_rows_per_call, rl.compact_min_rows)
+        scfg = rl.sampler_config(rl.verifier_max_new_tokens, 1, tokenizer.stop_ids)
         call = SamplerCall(f"verifier.{rl.verifier}", v.rows, prompts.shape[1], scfg)
         progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
     return progs
@@ -320,10 +317,7 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    sampling = Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(tokenizer.stop_ids),
-                        config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
-                        config.get("prefill_groups", 0))
-    return _context(tokenizer, sampling, spec.kappa, spec.k_max, config.get("templates", "default"))
+    return _context(tokenizer, eval_sampling(config, tokenizer.stop_ids), spec.kappa, spec.k_max, config.get("templates", "default"))
 
 
 def _eval_calls(config, cfg, mesh, tokenizer, spec) -> List[SamplerCall]:

@@ -124,6 +124,7 @@ class Sampling:
     compact_min_rows: int = 0
     # > 1: prefill length-sorted row groups over their own slot windows (SamplingConfig.prefill_groups)
     prefill_groups: int = 0
+    compact_ratio: float = 0.5  # each compaction phase's rows / the previous phase's (SamplingConfig)
 
 
 def _check_bool(obj, *fields):

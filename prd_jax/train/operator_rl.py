@@ -26,8 +26,6 @@ from prd_jax.operators.calls import fill, strip_stop, strip_thinking, width
 from prd_jax.operators.judges import RatingParser
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
-from prd_jax.operators.specs import Sampling
-from prd_jax.sampling import SamplingConfig
 from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 from prd_jax.train import advantages as adv_lib
 from prd_jax.train.rl_rows import sequences_to_batch, verifier_rows_per_prompt
@@ -113,8 +111,7 @@ class OperatorRollouts:
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
         # the grader (oracle selectors, PDR §4.3) and majority grouper are the task's (tasks.grading);
         # `rows` are the run's problems, which a code task's grader looks up by task id
-        self.ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids),
-                                                    rl.max_rows_per_call, rl.compact_min_rows),
+        self.ctx = make_context(tokenizer, rl.sampling(tokenizer.stop_ids),
                                 grader=TaskGrader(task, tokenizer, rows), grouper=TaskGrouper(task, tokenizer),
                                 k_max=spec.k_max, kappa=spec.kappa, trace=True, templates=rl.templates)
         last = len(spec.round_sizes()) - 1
@@ -184,7 +181,7 @@ class VerifierRollouts:
         self.g = rl.samples_per_prompt
         self.per_prompt = verifier_rows_per_prompt(rl)
         self.rows = num_prompts * self.per_prompt
-        ctx = make_context(tokenizer, Sampling(rl.temperature, rl.top_p, 0, tuple(tokenizer.stop_ids)), k_max=1,
+        ctx = make_context(tokenizer, rl.sampling(tokenizer.stop_ids), k_max=1,
                            templates=rl.templates)
         # the template set's judge roles (V1 §5): the task's set (`rl.templates`) holds its own wording
         self.template = ctx.templates["pairwise" if self.pairwise else "pointwise"]
@@ -195,8 +192,7 @@ class VerifierRollouts:
         fills = {"problem": [problem], "candidate_a": [cand_a], "candidate_b": [cand_b], "candidate": [cand_a]}
         segs = fill(self.template, problem[0].shape[0], {k: fills[k] for k in self.template.slots})
         prompts, plen, _ = assemble(segs, width(segs), self.pad_id)
-        scfg = SamplingConfig(self.rl.verifier_max_new_tokens, self.rl.temperature, self.rl.top_p, 0, 1,
-                              tuple(self.tok.stop_ids), self.rl.max_rows_per_call, self.rl.compact_min_rows)
+        scfg = self.rl.sampler_config(self.rl.verifier_max_new_tokens, 1, self.tok.stop_ids)
         out = ModelLM(params, self.cfg, self.pad_id, self.mesh).generate(prompts, plen, keys, scfg,
                                                                          name=f"verifier.{self.rl.verifier}")
         return prompts, plen, out

@@ -33,7 +33,7 @@ from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import build_spec, operator_for
-from prd_jax.operators.specs import OperatorSpec
+from prd_jax.operators.specs import OperatorSpec, Sampling
 from prd_jax.rewards.math import grade
 from prd_jax.sampling import SamplingConfig
 from prd_jax.tasks import task_for_config
@@ -109,9 +109,11 @@ class RLConfig:
     # (0 = max_prompt_tokens). Standard rollout prompts are max_prompt_tokens wide.
     max_rows_per_call: int = 0
     max_problem_tokens: int = 0
-    # > 0: rollout, operator and verifier calls compact their finished rows (B -> B/2 -> ... down
-    # to this many; `sampling.SamplingConfig.compact_min_rows`): same tokens, cost follows live rows
+    # > 0: rollout, operator and verifier calls compact their finished rows (B -> B * ratio -> ...
+    # down to this many; `sampling.SamplingConfig.compact_min_rows` and `compact_ratio`): same
+    # tokens, cost follows live rows
     compact_min_rows: int = 0
+    compact_ratio: float = 0.5
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
@@ -121,6 +123,8 @@ class RLConfig:
         for f in ("max_rows_per_call", "max_problem_tokens", "compact_min_rows"):
             if getattr(self, f) < 0:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 0 (0 = no separate bound)")
+        if not 0.0 < self.compact_ratio < 1.0:
+            raise ValueError(f"config.rl.compact_ratio={self.compact_ratio}; allowed range (0, 1) (0.5 = halve)")
         if self.max_rows_per_call and self.max_rows_per_call < self.samples_per_prompt:
             raise ValueError(f"config.rl.max_rows_per_call={self.max_rows_per_call}; must be 0 or >= "
                              f"samples_per_prompt={self.samples_per_prompt} (a prompt's samples decode together)")
@@ -174,6 +178,17 @@ class RLConfig:
     def problem_tokens(self) -> int:
         """Width of a problem quoted inside operator and verifier prompts."""
         return self.max_problem_tokens or self.max_prompt_tokens
+
+    def sampling(self, stop_ids) -> Sampling:
+        """The operator context's sampling for operator-RL rounds (policy T, top-p; no top-k)."""
+        return Sampling(self.temperature, self.top_p, 0, tuple(stop_ids), self.max_rows_per_call,
+                        self.compact_min_rows, compact_ratio=self.compact_ratio)
+
+    def sampler_config(self, max_new: int, num_samples: int, stop_ids) -> SamplingConfig:
+        """A standard rollout's or verifier call's sampler settings (row cap, compaction)."""
+        return SamplingConfig(max_new, self.temperature, self.top_p, 0, num_samples, tuple(stop_ids),
+                              self.max_rows_per_call, compact_min_rows=self.compact_min_rows,
+                              compact_ratio=self.compact_ratio)
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
@@ -437,8 +452,7 @@ class RLStage:
         for i, c in enumerate(chosen):
             prompts[i, pw - len(c[0]):] = c[0]
         keys = jax.random.split(key, len(chosen))
-        scfg = SamplingConfig(rl.max_new_tokens, rl.temperature, rl.top_p, 0, g, tuple(self.tok.stop_ids),
-                              rl.max_rows_per_call, rl.compact_min_rows)
+        scfg = rl.sampler_config(rl.max_new_tokens, g, self.tok.stop_ids)
         t0 = time.perf_counter()
         out = to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
         t1 = time.perf_counter()
