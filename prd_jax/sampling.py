@@ -20,7 +20,8 @@ per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and
 caches updated in place (`decoder.decode_step`); "scan" is the stacked `nn.scan` forward,
 which dynamic-slices every layer's weights and cache on every step (kept for comparison).
 Prefill always uses the scanned forward; with `prefill_groups`, length-sorted row groups
-take only their own slot windows (`grouped_prefill`). With `compact_min_rows`, the decode
+take only their own slot windows (`grouped_prefill`); otherwise, on one device, rows are
+prefilled 32 at a time (`chunked_prefill`). With `compact_min_rows`, the decode
 batch shrinks (by `compact_ratio`, half by default) whenever few enough rows are live
 (`_decode_unrolled`): same tokens per row.
 """
@@ -213,6 +214,31 @@ def prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, cap
     return logits[:, 0], cache
 
 
+PREFILL_ROWS = 32  # rows per prefill chunk on one device (`chunked_prefill`)
+
+
+def chunked_prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, capacity: int,
+                    rows_per_chunk: int = PREFILL_ROWS):
+    """`prefill` of contiguous row chunks of `rows_per_chunk` rows, one after another (a
+    `lax.map`), merged into one cache; one prefill when the rows do not split evenly.
+
+    Each row's logits and cache equal `prefill`'s to fp32 rounding (other matmul shapes;
+    tested). Measured (README, rollout throughput): 256 GSM8K chat prompts in a 192-slot
+    bucket took 103-106 s in one prefill and 75-77 s in 8 chunks of 32 on XLA:CPU.
+    """
+    rows, plen = prompts.shape
+    chunks = rows // rows_per_chunk
+    if chunks <= 1 or rows % rows_per_chunk:
+        return prefill(cfg, params, prompts, prompt_lengths, capacity)
+    logits, cache = jax.lax.map(lambda xs: prefill(cfg, params, xs[0], xs[1], capacity),
+                                (prompts.reshape(chunks, rows_per_chunk, plen),
+                                 prompt_lengths.reshape(chunks, rows_per_chunk)))
+    merge = lambda x: x.swapaxes(0, 1).reshape(x.shape[1], rows, *x.shape[3:])  # noqa: E731  [C, L, b, ...]
+    return (logits.reshape(rows, -1),
+            KVCache(merge(cache.k), merge(cache.v), (plen - prompt_lengths).astype(jnp.int32),
+                    jnp.asarray(plen, jnp.int32)))
+
+
 def prefill_windows(plen: int) -> tuple:
     """Slot windows a row group's prefill can take in a `plen`-slot prompt bucket: a quarter,
     a half, three quarters and all of it, rounded up to multiples of 8."""
@@ -340,7 +366,9 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
         prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
     if scfg.prefill_groups > 1 and mesh is None:
         logits, cache = grouped_prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, scfg.prefill_groups)
-    else:  # under a mesh the sort would move rows between devices: one prefill
+    elif mesh is None:
+        logits, cache = chunked_prefill(cfg, params, prompts, prompt_lengths, plen + gen_len)
+    else:  # under a mesh the rows are already split over the devices: one prefill
         logits, cache = prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, mesh=mesh)
     if fanout and m > 1:
         cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),

@@ -21,6 +21,14 @@ PROMPTS = [[5, 17, 33, 2, 9, 100, 41], [7, 8], [250, 3, 3, 3, 64], [9, 9, 1], [4
            [99], [31, 41, 59, 26], [27, 18, 28], [16, 8], [200, 100, 50]]
 
 
+def left_padded(plen: int):
+    """PROMPTS left-padded into `[16, plen]` and their lengths, as the sampler lays them out."""
+    prompts = np.zeros((len(PROMPTS), plen), np.int32)
+    for i, p in enumerate(PROMPTS):
+        prompts[i, plen - len(p):] = p
+    return jnp.asarray(prompts), jnp.asarray([len(p) for p in PROMPTS], jnp.int32)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     cfg = get_model_config("tiny")
@@ -89,10 +97,7 @@ def test_grouped_prefill_equals_one_prefill(tiny):
 
     cfg, params = tiny
     plen = 16
-    lengths = np.array([len(p) for p in PROMPTS], np.int32)
-    prompts = np.zeros((len(PROMPTS), plen), np.int32)
-    for i, p in enumerate(PROMPTS):
-        prompts[i, plen - len(p):] = p
+    prompts, lengths = left_padded(plen)
     # sorted lengths 1,1,2,2 | 2,3,3,3 | 4,4,5,5 | 6,7,7,9: three groups fit the 8-slot window
     assert prefill_windows(plen) == (8, 16)
     ref_logits, ref = prefill(cfg, params, jnp.asarray(prompts), jnp.asarray(lengths), 40)
@@ -100,7 +105,7 @@ def test_grouped_prefill_equals_one_prefill(tiny):
     np.testing.assert_allclose(logits, ref_logits, atol=1e-5)
     np.testing.assert_array_equal(got.start, ref.start)
     assert int(got.index) == int(ref.index) == plen and got.k.shape == ref.k.shape
-    for r, n in enumerate(lengths):
+    for r, n in enumerate(np.asarray(lengths).tolist()):
         for a, b in ((got.k, ref.k), (got.v, ref.v)):
             np.testing.assert_allclose(a[:, r, plen - n:plen], b[:, r, plen - n:plen], atol=1e-5)
     # the windows were used: row 4 (length 1) was prefilled over 8 slots, row 7 (length 9) over 16
@@ -116,6 +121,39 @@ def test_grouped_prefill_equals_one_prefill(tiny):
         np.testing.assert_allclose(grouped.logprobs, one.logprobs, atol=1e-4)
     with pytest.raises(ValueError, match="prefill_groups"):
         SamplingConfig(8, prefill_groups=-1)
+
+
+def test_chunked_prefill_equals_one_prefill(tiny):
+    """Row chunks prefilled one after another give one prefill's logits and cache, rows in
+    order; rows that do not split evenly take one prefill."""
+    from prd_jax.sampling import chunked_prefill, prefill
+
+    cfg, params = tiny
+    plen = 16
+    prompts, lengths = left_padded(plen)
+    ref_logits, ref = prefill(cfg, params, prompts, lengths, 40)
+    logits, got = chunked_prefill(cfg, params, prompts, lengths, 40, rows_per_chunk=4)
+    np.testing.assert_allclose(logits, ref_logits, atol=1e-5)
+    np.testing.assert_allclose(got.k, ref.k, atol=1e-5)
+    np.testing.assert_allclose(got.v, ref.v, atol=1e-5)
+    np.testing.assert_array_equal(got.start, ref.start)
+    assert int(got.index) == int(ref.index) == plen
+    # row 5 alone gives chunk 1's second row: the chunks are contiguous rows, in order
+    alone, cache5 = prefill(cfg, params, prompts[5:6], lengths[5:6], 40)
+    np.testing.assert_allclose(logits[5], alone[0], atol=1e-5)
+    np.testing.assert_allclose(got.k[:, 5], cache5.k[:, 0], atol=1e-5)
+    uneven, _ = chunked_prefill(cfg, params, prompts[:10], lengths[:10], 40, rows_per_chunk=4)
+    np.testing.assert_allclose(uneven, ref_logits[:10], atol=1e-5)
+    # through the sampler: 64 rows prefill in two chunks of 32, 16 rows in one prefill
+    sampler = Sampler(cfg)
+    keys = jax.random.split(jax.random.key(8), 4 * len(PROMPTS))
+    scfg = SamplingConfig(12, temperature=1.0, stop_ids=STOPS)
+    many = sampler(params, PROMPTS * 4, keys, scfg)
+    for part in (0, 3):
+        rows = slice(16 * part, 16 * part + 16)
+        few = sampler(params, PROMPTS, keys[rows], scfg)
+        np.testing.assert_array_equal(many.tokens[rows, :few.tokens.shape[1]], few.tokens)
+        np.testing.assert_array_equal(many.lengths[rows], few.lengths)
 
 
 @pytest.mark.parametrize("axes,ratio", [("data=2,fsdp=2,tensor=2", 0.5), ("data=2,tensor=4", 0.75)])
