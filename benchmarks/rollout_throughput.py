@@ -8,8 +8,9 @@ Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.js
 no top-k, stopping at the tokenizer's stop ids or `--max-new-tokens`. Useful tokens are the
 tokens each row generates up to and including its stop token. Ours runs all requests as
 one sampler call with `compact_min_rows` and `compact_ratio` (the decode batch shrinks to
-`compact_ratio` of its rows whenever that many or fewer are live, down to `compact_min_rows`) and `prefill_groups` (length-sorted row groups prefilled
-over their own slot windows, `sampling.grouped_prefill`); transformers runs them in static batches of
+`compact_ratio` of its rows whenever that many or fewer are live, down to
+`compact_min_rows`) and `prefill_groups` (length-sorted row groups prefilled over their
+own slot windows, `sampling.grouped_prefill`); transformers runs them in static batches of
 `--hf-batch`, each decoding until its longest row stops. `padding_fraction` is the share
 of decoded row-steps that are not useful tokens: for ours the row-steps follow the
 compaction schedule replayed from the rows' lengths, for transformers each batch costs

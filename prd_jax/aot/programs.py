@@ -317,7 +317,8 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    return _context(tokenizer, eval_sampling(config, tokenizer.stop_ids), spec.kappa, spec.k_max, config.get("templates", "default"))
+    return _context(tokenizer, eval_sampling(config, tokenizer.stop_ids), spec.kappa, spec.k_max,
+                    config.get("templates", "default"))
 
 
 def _eval_calls(config, cfg, mesh, tokenizer, spec) -> List[SamplerCall]:
