@@ -103,14 +103,21 @@ def test_remat_and_bf16_compute(tiny):
     def loss(p, c):
         return jnp.mean(forward(c, p, tokens, positions)[0] ** 2)
 
-    g = jax.grad(loss)(params, cfg)
-    g_remat = jax.grad(loss)(params, cfg.replace(remat=True))
-    g_unrolled = jax.grad(loss)(params, cfg.replace(scan_unroll=cfg.num_layers))  # same params tree
-    for a, b, c in zip(jax.tree.leaves(g), jax.tree.leaves(g_remat), jax.tree.leaves(g_unrolled)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-5, atol=1e-6)
+    g = jax.grad(loss)(params, cfg.replace(remat=False))
+    others = [cfg.replace(remat=r) for r in (True, "full", "dots", "dots_no_batch")]
+    others.append(cfg.replace(scan_unroll=cfg.num_layers))  # same params tree
+    for other in others:
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(jax.grad(loss)(params, other))):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert cfg.replace(remat=True).remat_policy == "full" and cfg.replace(remat=False).remat_policy == "none"
+    # the policy reaches the layer: matmuls in the backward's program (recomputed ones add to them)
+    dots = {r: str(jax.make_jaxpr(lambda p, c=cfg.replace(remat=r): jax.grad(loss)(p, c))(params)).count("dot_general")
+            for r in ("none", "dots", "dots_no_batch", "full")}
+    assert dots["none"] == dots["dots"] < dots["dots_no_batch"] < dots["full"], dots
     with pytest.raises(ValueError, match="scan_unroll=0"):
         cfg.replace(scan_unroll=0)
+    with pytest.raises(ValueError, match="remat='dots_only'.*dots_no_batch"):
+        cfg.replace(remat="dots_only")
     ref = forward(cfg, params, tokens, positions)[0]
     bf16 = forward(cfg.replace(dtype="bfloat16"), params, tokens, positions)[0]
     assert bf16.dtype == jnp.float32  # logits are always fp32

@@ -8,7 +8,7 @@ Conventions (per sequence of T tokens through the decoder):
 - attention FLOPs: 4 x layers x heads x head_dim per (query, attended key) pair; a causal
   prefill or training row has T(T+1)/2 pairs, a decode step attends the cache capacity
   (the sampler's decode attention is dense over all slots);
-- training = 3 x forward (forward + backward), x 4/3 with per-layer remat.
+- training = 3 x forward (forward + backward), x 4/3 with full per-layer remat (the `dots` policies recompute no matmul).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def train_flops(cfg: ModelConfig, rows: int, width: int, updates: int = 1) -> fl
     """One optimizer step over `rows` sequences of `width` tokens (logits at every position)."""
     fwd = rows * (2.0 * (matmul_params(cfg) + head_params(cfg)) * width
                   + attention_flops(cfg, width * (width + 1) / 2))
-    return updates * 3.0 * fwd * (4.0 / 3.0 if cfg.remat else 1.0)
+    return updates * 3.0 * fwd * (4.0 / 3.0 if cfg.remat_policy == "full" else 1.0)
 
 
 def kv_bytes_per_row(cfg: ModelConfig, capacity: int) -> float:

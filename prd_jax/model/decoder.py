@@ -29,6 +29,9 @@ from prd_jax.model.config import ModelConfig, RopeScaling
 
 Array = jax.Array
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_POLICIES = jax.checkpoint_policies
+REMAT_POLICY = {"full": None, "dots": _POLICIES.checkpoint_dots,  # `ModelConfig.remat`; "none" runs no remat
+                "dots_no_batch": _POLICIES.dots_with_no_batch_dims_saveable}
 
 
 @flax.struct.dataclass
@@ -249,8 +252,8 @@ class Decoder(nn.Module):
             mask = mask[:, None, :, :]
 
         layer_cls = Layer
-        if cfg.remat:
-            layer_cls = nn.remat(Layer, prevent_cse=False)
+        if cfg.remat_policy != "none":
+            layer_cls = nn.remat(Layer, prevent_cse=False, policy=REMAT_POLICY[cfg.remat_policy])
         stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                         length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"},
