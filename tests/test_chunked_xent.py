@@ -66,10 +66,11 @@ def test_sft_loss_equals_full_logits_reference():
 def test_fused_weighted_nll_values_and_grads_equal_full_logits(tied):
     """`chunked_weighted_nll` (the head's gradient formed in the forward pass) against the
     full-logits log-softmax: the weighted NLL sum and hit count, and the gradients of params,
-    hidden states and weights (weights' is -log p)."""
+    hidden states and weights (weights' is -log p). Vocabulary 200: the last 128-token block
+    of the blocked logsumexp and argmax is padded."""
     from prd_jax.train.chunked_xent import chunked_weighted_nll
 
-    cfg = get_model_config("tiny").replace(tie_embeddings=tied)
+    cfg = get_model_config("tiny").replace(tie_embeddings=tied, vocab_size=200)
     params = init_params(cfg, jax.random.key(3))
     rng = np.random.default_rng(1)
     tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, 11)), jnp.int32)
