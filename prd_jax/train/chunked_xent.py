@@ -101,8 +101,8 @@ def chunked_weighted_nll(cfg: ModelConfig, params, hidden: Array, targets: Array
     state's gradient `dlogits . head` and the head's `hidden^T . dlogits` (accumulated); the
     backward only scales them by the loss's cotangent. That is three head matmuls per chunk
     instead of the checkpointed chunk's four, and the `[B, chunk, V]` logits are never
-    recomputed. Values and gradients equal `sft_loss(chunked_token_logprobs(...))`'s
-    (tests/test_chunked_xent.py); `weights` get their true gradient (`-log p`).
+    recomputed. Values and gradients (params, hidden, weights: `-log p`) equal a full-logits
+    log-softmax's, and a mesh run equals one device's (tests/test_chunked_xent.py).
     """
     head, axis = head_weights(cfg, params)
     chunk = min(chunk, hidden.shape[1])
