@@ -252,7 +252,8 @@ class Decoder(nn.Module):
             mask = mask[:, None, :, :]
 
         layer_cls = Layer
-        if cfg.remat_policy != "none":
+        # remat only where a backward can follow: not at init, not in cached (sampling) calls
+        if cfg.remat_policy != "none" and cache is None and not self.is_initializing():
             layer_cls = nn.remat(Layer, prevent_cse=False, policy=REMAT_POLICY[cfg.remat_policy])
         stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
