@@ -365,12 +365,14 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     batch, plen = prompts.shape
     if not fanout:
         prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
+    unrolled = scfg.decode_layers == "unrolled"
+    capacity = plen if unrolled else plen + gen_len  # unrolled: `decode_cache` adds the generation slots
     if scfg.prefill_groups > 1 and mesh is None:
-        logits, cache = grouped_prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, scfg.prefill_groups)
+        logits, cache = grouped_prefill(cfg, params, prompts, prompt_lengths, capacity, scfg.prefill_groups)
     elif mesh is None:
-        logits, cache = chunked_prefill(cfg, params, prompts, prompt_lengths, plen + gen_len)
+        logits, cache = chunked_prefill(cfg, params, prompts, prompt_lengths, capacity)
     else:  # under a mesh the rows are already split over the devices: one prefill
-        logits, cache = prefill(cfg, params, prompts, prompt_lengths, plen + gen_len, mesh=mesh)
+        logits, cache = prefill(cfg, params, prompts, prompt_lengths, capacity, mesh=mesh)
     if fanout and m > 1:
         cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
                         _repeat_rows(cache.start, m), cache.index)
@@ -378,10 +380,11 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     rows = batch * m
     row_keys = sample_keys(prompt_keys, m)
     stop_ids = jnp.asarray(scfg.stop_ids or (-1,), jnp.int32)
-    if scfg.decode_layers == "unrolled":
+    if unrolled:
         weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
-        return _decode_unrolled(cfg, weights, decode_cache(cache, mesh), cache.start, cache.index, logits,
+        caches = decode_cache(cache, mesh, slots=plen + gen_len)
+        return _decode_unrolled(cfg, weights, caches, cache.start, cache.index, logits,
                                 row_keys, max_new, scfg, gen_len=gen_len, pad_id=pad_id, stop_ids=stop_ids,
                                 sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple, scfg.compact_ratio),
                                 mesh=mesh)
