@@ -19,7 +19,9 @@ up in the compiled HLO and put in one category:
 
 A matmul row also prints its achieved GFLOP/s (FLOPs from the HLO shapes). With
 `--reference scan` the scanned-layers decode (`SamplingConfig(decode_layers="scan")`)
-is profiled instead of the unrolled one, so the two tables can be compared.
+is profiled instead of the unrolled one, so the two tables can be compared. The rollout
+shape (batch 256, a 192-slot prompt bucket plus 256 generation slots, T = 1) is
+`--batch 256 --prompt-slots 192 --gen-slots 256 --temperature 1`.
 """
 
 from __future__ import annotations
@@ -150,6 +152,11 @@ def main():
     parser.add_argument("--steps", type=int, default=16, help="decode steps in the long run")
     parser.add_argument("--reference", choices=("unrolled", "scan"), default="unrolled")
     parser.add_argument("--dump-hlo", default="", help="also write the compiled HLO here")
+    parser.add_argument("--prompt-slots", type=int, default=0,
+                        help="pad the prompts to at least this many slots (the rollout shape: 192)")
+    parser.add_argument("--gen-slots", type=int, default=0,
+                        help="generation slots of the cache, at least steps + 1 (the rollout shape: 256)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; 1 = the rollouts' draw")
     args = parser.parse_args()
 
     from prd_jax.model import load
@@ -159,15 +166,15 @@ def main():
     cfg, tok = model.cfg, model.tokenizer
     prompt_ids = [tok.encode_chat([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}])
                   for i in range(args.batch)]
-    plen = length_bucket(max(map(len, prompt_ids)))
-    gen_len = length_bucket(args.steps + 1)
+    plen = max(length_bucket(max(map(len, prompt_ids))), args.prompt_slots)
+    gen_len = max(length_bucket(args.steps + 1), args.gen_slots)
     tokens = np.full((args.batch, plen), tok.pad_id, np.int32)
     for i, p in enumerate(prompt_ids):
         tokens[i, plen - len(p):] = p
     lengths = jnp.asarray([len(p) for p in prompt_ids], jnp.int32)
     keys = jax.random.split(jax.random.key(0), args.batch)
     kw = {} if args.reference == "unrolled" else {"decode_layers": "scan"}
-    scfg = SamplingConfig(gen_len, temperature=0.0, **kw)
+    scfg = SamplingConfig(gen_len, temperature=args.temperature, **kw)
     fn = jax.jit(generate, static_argnames=("cfg", "scfg", "gen_len", "pad_id", "fanout", "mesh"),
                  static_argnums=(0,))
     compiled = fn.lower(cfg, model.params, jnp.asarray(tokens), lengths, keys, jnp.int32(1), scfg=scfg,
@@ -206,6 +213,7 @@ def main():
     peak = matmul_peak_flops()
     print(f"decode step, batch {args.batch}, SmolLM2-135M fp32, {args.reference} layers; "
           f"wall {step_ms:.1f} ms/step ({args.batch / step_ms * 1e3:.0f} tok/s), traced ops {total_us / 1e3:.1f} ms/step; "
+          f"{'greedy' if not args.temperature else f'T={args.temperature}'}, cache {plen} + {gen_len} slots; "
           f"prefill ({plen}-slot bucket) + first step {wall[1] * 1e3:.0f} ms")
     print(f"{'category':<28}{'ms/step':>10}{'share':>8}{'GFLOP/s':>10}")
     for cat in ("weight matmul", "attention", "head + log-softmax", "sampling", "copy / slice / transpose", "other"):

@@ -101,7 +101,7 @@ def main():
     parser.add_argument("--compact-ratio", type=float, default=0.5,
                         help="each compaction phase's rows as a fraction of the previous phase's")
     parser.add_argument("--max-rows", type=int, default=0, help="our rows in flight at once (0 = all)")
-    parser.add_argument("--prefill-groups", type=int, default=8,
+    parser.add_argument("--prefill-groups", type=int, default=32,
                         help="length-sorted row groups prefilled over their own slot windows (0 = one prefill)")
     parser.add_argument("--static", action="store_true", help="also time our sampler without compaction")
     parser.add_argument("--skip-hf", action="store_true")

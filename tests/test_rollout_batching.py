@@ -196,6 +196,26 @@ def test_decode_step_equals_the_scanned_forward(family, fuse):
         np.testing.assert_allclose(v, jnp.swapaxes(ref_cache.v[layer], 1, 2), atol=1e-5, rtol=1e-5)
 
 
+def test_decode_cache_adds_generation_slots_to_a_prompt_sized_cache():
+    """The sampler prefills a prompt-sized cache and `decode_cache(..., slots=S)` pads it:
+    equal to prefilling an S-slot cache (prompt slots equal, generation slots zero)."""
+    cfg = get_model_config("tiny")
+    params = init_params(cfg, jax.random.key(4))
+    prompts = jnp.array([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]], jnp.int32)
+    start = jnp.array([2, 0], jnp.int32)
+    positions = jnp.maximum(jnp.arange(5)[None] - start[:, None], 0)
+    caches = [forward(cfg, params, prompts, positions, init_cache(cfg, 2, cap).replace(start=start), prefill=True)[1]
+              for cap in (5, 8)]
+    padded, full = decode_cache(caches[0], slots=8), decode_cache(caches[1])
+    assert len(padded) == cfg.num_layers
+    for (k, v), (k_ref, v_ref) in zip(padded, full):
+        assert k.shape == k_ref.shape == (2, cfg.num_kv_heads, cfg.head_dim, 8) and v.shape == v_ref.shape
+        np.testing.assert_array_equal(k, k_ref)
+        np.testing.assert_array_equal(v, v_ref)
+        assert not np.any(np.asarray(k)[..., 5:]) and not np.any(np.asarray(v)[:, :, 5:])
+    assert decode_cache(caches[1], slots=4)[0][0].shape[-1] == 8  # never cut below the capacity
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_unrolled_decode_equals_scanned_decode(family):
     cfg = get_model_config("tiny").replace(family=family)
