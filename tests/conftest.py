@@ -19,8 +19,9 @@ import pytest  # noqa: E402
 # executables cached for the life of the process. One pytest-xdist worker compiles thousands
 # of programs (tests/test_rollout_batching.py and tests/test_sampling.py alone left 38,688
 # mappings), and when the process reaches the kernel's `vm.max_map_count` (65,530 by default)
-# an mmap inside XLA's compiler fails and the worker dies with a segmentation fault (seen in
-# two clean-clone CI runs, at 98% of the suite). Dropping jax's caches releases them (11,267
+# an mmap inside XLA fails and the process dies (a plain process at 65,300 mappings died in
+# its next compile; two clean-clone CI runs lost a worker to a segfault in XLA's compile at
+# 98% of the suite, most likely this, not proven). Dropping jax's caches releases them (11,267
 # -> 667 mappings after tests/test_sampling.py), so they are dropped once a worker passes
 # MAX_MAPPINGS; compiled programs that tests hold themselves stay.
 MAX_MAPPINGS = 30_000
