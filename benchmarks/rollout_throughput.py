@@ -43,14 +43,14 @@ def compaction_row_steps(lengths, sizes, max_new: int) -> int:
     return total
 
 
-def run_ours(model, prompt_ids, keys, max_new: int, min_rows: int, max_rows: int, prefill_groups: int = 0,
-             compact_ratio: float = 0.5):
+def run_ours(model, prompt_ids, keys, max_new: int, **options):
+    """Seconds for one warm sampler call over all requests, and the rows' lengths;
+    `options` are `SamplingConfig` fields."""
     from prd_jax.sampling import Sampler, SamplingConfig
 
     tok = model.tokenizer
     sampler = Sampler(model.cfg, pad_id=tok.pad_id)
-    scfg = SamplingConfig(max_new, temperature=1.0, stop_ids=tok.stop_ids, compact_min_rows=min_rows,
-                          max_rows=max_rows, prefill_groups=prefill_groups, compact_ratio=compact_ratio)
+    scfg = SamplingConfig(max_new, temperature=1.0, stop_ids=tok.stop_ids, **options)
     jax.block_until_ready(sampler(model.params, prompt_ids, keys, scfg).tokens)  # compile + warm up
     t = time.perf_counter()
     out = sampler(model.params, prompt_ids, keys, scfg)
@@ -103,6 +103,8 @@ def main():
     parser.add_argument("--max-rows", type=int, default=0, help="our rows in flight at once (0 = all)")
     parser.add_argument("--prefill-groups", type=int, default=32,
                         help="length-sorted row groups prefilled over their own slot windows (0 = one prefill)")
+    parser.add_argument("--cache-window", type=int, default=32,
+                        help="the first decode phase's cache grows this many slots at a time (0 = all at once)")
     parser.add_argument("--static", action="store_true", help="also time our sampler without compaction")
     parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
@@ -119,8 +121,9 @@ def main():
     keys = jax.random.split(jax.random.key(0), len(prompt_ids))
     n = len(prompt_ids)
 
-    ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, args.min_rows, args.max_rows,
-                                args.prefill_groups, args.compact_ratio)
+    options = dict(max_rows=args.max_rows, prefill_groups=args.prefill_groups, cache_window=args.cache_window)
+    ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, compact_min_rows=args.min_rows,
+                                compact_ratio=args.compact_ratio, **options)
     rows = bucket(n, 1) if not args.max_rows else min(bucket(n, 1), args.max_rows)
 
     def padding(ratio):  # share of decoded row-steps that are not useful tokens, replayed from the lengths
@@ -130,13 +133,13 @@ def main():
     sizes = compaction_sizes(rows, args.min_rows, 1, args.compact_ratio)
     ours_useful = int(ours_len.sum())
     record = {"requests": n, "max_new_tokens": args.max_new_tokens, "prefill_groups": args.prefill_groups,
+              "cache_window": args.cache_window,
               "compact_ratio": args.compact_ratio, "ours_useful_tokens_per_s": round(ours_useful / ours_s, 2),
               "padding_fraction_by_ratio": {r: round(padding(r), 4) for r in (0.5, 0.75, 0.875)}}
     print(f"ours (compacting, sizes {sizes}): {ours_s:.1f} s, {ours_useful} useful tokens, "
           f"mean length {ours_len.mean():.1f}, {int((ours_len >= args.max_new_tokens).sum())} rows at the cap")
     if args.static:
-        static_s, static_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, 0, args.max_rows,
-                                        args.prefill_groups)
+        static_s, static_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, **options)
         assert (static_len == ours_len).all(), "compaction changed a row's length"
         record["ours_static_useful_tokens_per_s"] = round(ours_useful / static_s, 2)
         print(f"ours (static, one batch): {static_s:.1f} s; compaction speed-up {static_s / ours_s:.2f}x")

@@ -23,7 +23,8 @@ Prefill always uses the scanned forward; with `prefill_groups`, length-sorted ro
 take only their own slot windows (`grouped_prefill`); otherwise, on one device, rows are
 prefilled 32 at a time (`chunked_prefill`). With `compact_min_rows`, the decode
 batch shrinks (by `compact_ratio`, half by default) whenever few enough rows are live
-(`_decode_unrolled`): same tokens per row.
+(`_decode_unrolled`): same tokens per row. With `cache_window`, the first decode phase's
+cache starts at the prompt plus `cache_window` slots and grows by as many when full.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
 from prd_jax.model.decoder import (CACHE_AXES, DECODE_CACHE_AXES, KVCache, decode_cache, decode_step, decode_weights, forward,
-                                   init_cache)
+                                   grow_decode_cache, init_cache)
 
 log = logging.getLogger(__name__)
 Array = jax.Array
@@ -66,6 +67,7 @@ class SamplingConfig:
     prefill_groups: int = 0  # >1: prefill length-sorted row groups over their own slot windows
     compact_ratio: float = 0.5  # each compaction phase's rows as a fraction of the previous phase's
     decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
+    cache_window: int = 0  # >0: the first decode phase's cache grows this many slots at a time
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -87,6 +89,8 @@ class SamplingConfig:
             raise ValueError(f"compact_ratio={self.compact_ratio}; allowed range (0, 1) (0.5 = halve per phase)")
         if self.prefill_groups < 0:
             raise ValueError(f"prefill_groups={self.prefill_groups}; must be >= 0 (0 or 1 = one prefill)")
+        if self.cache_window < 0:
+            raise ValueError(f"cache_window={self.cache_window}; must be >= 0 (0 = all generation slots at once)")
         if self.decode_layers not in ("unrolled", "scan"):
             raise ValueError(f"decode_layers={self.decode_layers!r}; allowed: 'unrolled', 'scan'")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
@@ -383,11 +387,12 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
     if unrolled:
         weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
-        caches = decode_cache(cache, mesh, slots=plen + gen_len)
+        windows = cache_windows(plen, gen_len, scfg.cache_window)
+        caches = decode_cache(cache, mesh, slots=windows[0])
         return _decode_unrolled(cfg, weights, caches, cache.start, cache.index, logits,
                                 row_keys, max_new, scfg, gen_len=gen_len, pad_id=pad_id, stop_ids=stop_ids,
                                 sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple, scfg.compact_ratio),
-                                mesh=mesh)
+                                windows=windows, mesh=mesh)
 
     def cond(state):
         step, _, _, _, _, _, finished = state
@@ -432,6 +437,14 @@ def compaction_sizes(rows: int, min_rows: int, multiple: int = 1, ratio: float =
     return tuple(sizes)
 
 
+def cache_windows(plen: int, gen_len: int, window: int) -> tuple:
+    """Cache sizes (slots) the first decode phase grows through: `plen + window`, `plen +
+    2 window`, ..., ending at `plen + gen_len`; `(plen + gen_len,)` when `window` is 0."""
+    if window <= 0:
+        return (plen + gen_len,)
+    return tuple(plen + min(gen_len, g) for g in range(window, gen_len + window, window))
+
+
 def _chosen_logprob(logits: Array, tok: Array) -> Array:
     """log-softmax of `logits [R, V]` at `tok [R]`, without materialising the [R, V] log-softmax
     (the logsumexp taken per vocabulary block, then over the blocks: `vocab_blocks`)."""
@@ -441,7 +454,7 @@ def _chosen_logprob(logits: Array, tok: Array) -> Array:
 
 def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, index: Array, logits: Array,
                      row_keys: Array, max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int,
-                     stop_ids: Array, sizes: tuple, mesh: Optional[Mesh]) -> SampleOutput:
+                     stop_ids: Array, sizes: tuple, windows: tuple, mesh: Optional[Mesh]) -> SampleOutput:
     """The decode loop over per-layer weights and caches (`decode_step`), in compaction phases.
 
     Phase p decodes `sizes[p]` rows in its own `lax.while_loop`. A non-final phase ends when
@@ -451,6 +464,16 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     keeps its key, position and cache, and step t folds t into its key in every phase, so
     each row's tokens equal the static loop's (`sizes == (rows,)`; tested in
     tests/test_rollout_batching.py).
+
+    With `windows` longer than one (`SamplingConfig.cache_window`), the first phase runs as
+    one loop per cache size: it starts with `windows[0]` slots and, whenever the write index
+    reaches the size, pads every layer's cache with zero slots to the next size, so a step
+    reads the slots written so far instead of all `plen + gen_len` (the attention is about
+    half of a rollout step at 256 rows x 448 slots; README, "Where a decode step goes"). The
+    later phases start at the full size: a loop's cache shape is static, and a compaction can
+    come at any step. Masked zero slots change no logit, so the tokens stay the static
+    loop's (tested). Only the first phase grows: the cost is `len(windows)` more compiled
+    loop bodies, and at the step of a growth both cache sizes are live.
 
     Under a mesh the rows are cut into the batch axes' S shards and compaction is shard-local
     (`_compact`): a phase ends when every shard holds at most its share of the next size
@@ -466,20 +489,27 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     live = dict(ids=jnp.arange(rows, dtype=jnp.int32), keys=row_keys, start=start, logits=logits,
                 caches=caches, lengths=lengths_all, finished=finished_all)
     step = jnp.int32(0)
-    for phase, size in enumerate(sizes):
+    full = windows[-1]
+    cells = [(0, w) for w in windows] + [(p, full) for p in range(1, len(sizes))]
+    for c, (phase, slots) in enumerate(cells):
+        size = sizes[phase]
         last = phase == len(sizes) - 1
         nxt = 0 if last else sizes[phase + 1]
-        if phase:
+        if c and phase != cells[c - 1][0]:
             live = _compact(live, size, shards)
             if mesh is not None:
                 live = _constrain_rows(live, mesh)
+        if c and slots != cells[c - 1][1]:
+            live = dict(live, caches=grow_decode_cache(live["caches"], slots, mesh))
         identity = phase == 0  # ids are 0..rows-1: plain column writes
 
-        def cond(state, nxt=nxt, last=last):
-            step, _, _, _, lv = state
+        def cond(state, nxt=nxt, last=last, slots=slots):
+            step, index, _, _, lv = state
             go = (step < max_new) & ~jnp.all(lv["finished"])
             if not last:  # the fullest shard decides: every shard keeps its own rows
                 go = go & (jnp.max(jnp.sum(~lv["finished"].reshape(shards, -1), axis=1)) > nxt // shards)
+            if slots < full:  # the next write needs a free slot
+                go = go & (index < slots)
             return go
 
         def body(state, identity=identity):

@@ -12,7 +12,7 @@ from prd_jax.mesh import make_mesh
 from prd_jax.model.weights import param_shardings
 from prd_jax.model import forward, get_model_config, init_params
 from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache
-from prd_jax.sampling import Sampler, SamplingConfig, compaction_sizes
+from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes
 
 # 16 of the tiny vocabulary's 256 ids stop a row: at T = 1 lengths spread widely.
 STOPS = tuple(range(3, 256, 16))
@@ -90,6 +90,33 @@ def test_compacted_rows_equal_the_static_sampler(tiny, num_samples, top_p, ratio
             np.testing.assert_allclose(compact.logprobs[r, :n], alone.logprobs[m, :n], atol=1e-5)
 
 
+def test_cache_windows_hand_computed():
+    assert cache_windows(48, 64, 0) == (112,)
+    assert cache_windows(48, 64, 16) == (64, 80, 96, 112)
+    assert cache_windows(48, 48, 32) == (80, 96)  # the last window stops at the generation bucket
+    assert cache_windows(8, 16, 64) == (24,)
+    with pytest.raises(ValueError, match="cache_window"):
+        SamplingConfig(8, cache_window=-1)
+
+
+@pytest.mark.parametrize("window,min_rows", [(8, 0), (16, 2), (8, 4)])
+def test_growing_cache_equals_the_full_cache(tiny, window, min_rows):
+    """A first phase whose cache grows `window` slots at a time (with and without compaction
+    after it) gives every row the tokens of the full-capacity static sampler."""
+    cfg, params = tiny
+    sampler = Sampler(cfg)
+    keys = jax.random.split(jax.random.key(5), len(PROMPTS))
+    base = dict(temperature=1.0, stop_ids=STOPS)
+    static = sampler(params, PROMPTS, keys, SamplingConfig(40, **base))
+    grown = sampler(params, PROMPTS, keys, SamplingConfig(40, cache_window=window, compact_min_rows=min_rows, **base))
+    lengths = np.asarray(static.lengths)
+    assert lengths.max() > 2 * window  # rows outlive the first windows: the cache grows
+    np.testing.assert_array_equal(grown.lengths, static.lengths)
+    np.testing.assert_array_equal(grown.stopped, static.stopped)
+    np.testing.assert_array_equal(grown.tokens, static.tokens)
+    np.testing.assert_allclose(grown.logprobs, static.logprobs, atol=1e-5)
+
+
 def test_grouped_prefill_equals_one_prefill(tiny):
     """Length-sorted row groups prefilled over their own slot windows give one prefill's
     logits, cache (at every slot a row attends) and, through the sampler, its tokens."""
@@ -156,12 +183,14 @@ def test_chunked_prefill_equals_one_prefill(tiny):
         np.testing.assert_array_equal(many.lengths[rows], few.lengths)
 
 
-@pytest.mark.parametrize("axes,ratio", [("data=2,fsdp=2,tensor=2", 0.5), ("data=2,tensor=4", 0.75)])
-def test_compaction_on_a_mesh_equals_one_device(tiny, axes, ratio):
+@pytest.mark.parametrize("axes,ratio,window", [("data=2,fsdp=2,tensor=2", 0.5, 0), ("data=2,tensor=4", 0.75, 0),
+                                               ("data=2,fsdp=2,tensor=2", 0.5, 8)])
+def test_compaction_on_a_mesh_equals_one_device(tiny, axes, ratio, window):
     cfg, params = tiny
     mesh = make_mesh(axes)  # batch shards 4: sizes (8, 4); 2 with three quarters: (8, 6, 4)
     keys = jax.random.split(jax.random.key(4), 8)
-    scfg = SamplingConfig(24, temperature=1.0, stop_ids=STOPS, compact_min_rows=4, compact_ratio=ratio)
+    scfg = SamplingConfig(24, temperature=1.0, stop_ids=STOPS, compact_min_rows=4, compact_ratio=ratio,
+                          cache_window=window)
     one = Sampler(cfg)(params, PROMPTS[:8], keys, scfg)
     multi = Sampler(cfg, mesh)(jax.device_put(params, param_shardings(cfg, mesh)), PROMPTS[:8], keys, scfg)
     np.testing.assert_array_equal(multi.tokens, one.tokens)

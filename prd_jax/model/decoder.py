@@ -463,13 +463,22 @@ def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0) ->
     sampler prefills a prompt-sized cache and adds the generation slots here, so the
     full-capacity cache is written once instead of being built, merged and transposed.
     """
+    caches = tuple((jnp.transpose(cache.k[i], (0, 2, 3, 1)), jnp.swapaxes(cache.v[i], 1, 2))
+                   for i in range(cache.k.shape[0]))
+    return grow_decode_cache(caches, slots, mesh)
+
+
+def grow_decode_cache(caches: tuple, slots: int, mesh: Optional[Mesh] = None) -> tuple:
+    """Per-layer decode caches (`decode_cache` layout) with the slot axis zero-padded to
+    `slots` (unchanged when they already hold that many). Zero slots past the write index
+    are masked, so a step's logits do not depend on the padding (tested)."""
     k_axes, v_axes = DECODE_CACHE_AXES
-    extra = max(0, slots - cache.capacity)
-    grow = lambda x, axis: x if not extra else jnp.pad(  # noqa: E731
-        x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
-    return tuple((_constrain(grow(jnp.transpose(cache.k[i], (0, 2, 3, 1)), 3), k_axes, mesh),
-                  _constrain(grow(jnp.swapaxes(cache.v[i], 1, 2), 2), v_axes, mesh))
-                 for i in range(cache.k.shape[0]))
+
+    def grow(x, axis):
+        extra = max(0, slots - x.shape[axis])
+        return x if not extra else jnp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
+
+    return tuple((_constrain(grow(k, 3), k_axes, mesh), _constrain(grow(v, 2), v_axes, mesh)) for k, v in caches)
 
 
 def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float) -> Array:
