@@ -105,6 +105,8 @@ def main():
                         help="length-sorted row groups prefilled over their own slot windows (0 = one prefill)")
     parser.add_argument("--cache-window", type=int, default=32,
                         help="the first decode phase's cache grows this many slots at a time (0 = all at once)")
+    parser.add_argument("--prompt-groups", type=int, default=2,
+                        help="length-sorted prompt groups, each decoded over its own prompt width (0 = one width)")
     parser.add_argument("--static", action="store_true", help="also time our sampler without compaction")
     parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
@@ -121,7 +123,8 @@ def main():
     keys = jax.random.split(jax.random.key(0), len(prompt_ids))
     n = len(prompt_ids)
 
-    options = dict(max_rows=args.max_rows, prefill_groups=args.prefill_groups, cache_window=args.cache_window)
+    options = dict(max_rows=args.max_rows, prefill_groups=args.prefill_groups, cache_window=args.cache_window,
+                   prompt_groups=args.prompt_groups)
     ours_s, ours_len = run_ours(model, prompt_ids, keys, args.max_new_tokens, compact_min_rows=args.min_rows,
                                 compact_ratio=args.compact_ratio, **options)
     rows = bucket(n, 1) if not args.max_rows else min(bucket(n, 1), args.max_rows)
@@ -133,7 +136,7 @@ def main():
     sizes = compaction_sizes(rows, args.min_rows, 1, args.compact_ratio)
     ours_useful = int(ours_len.sum())
     record = {"requests": n, "max_new_tokens": args.max_new_tokens, "prefill_groups": args.prefill_groups,
-              "cache_window": args.cache_window,
+              "cache_window": args.cache_window, "prompt_groups": args.prompt_groups,
               "compact_ratio": args.compact_ratio, "ours_useful_tokens_per_s": round(ours_useful / ours_s, 2),
               "padding_fraction_by_ratio": {r: round(padding(r), 4) for r in (0.5, 0.75, 0.875)}}
     print(f"ours (compacting, sizes {sizes}): {ours_s:.1f} s, {ours_useful} useful tokens, "

@@ -61,10 +61,10 @@ RUN_SETTINGS = ("model", "model_path", "dataset", "task", "temperature", "top_p"
 def eval_sampling(config, stop_ids) -> Sampling:
     """The sampling every operator call of an eval run shares: `temperature`, `top_p`, `top_k`,
     and the sampler's cost knobs `max_rows_per_call`, `compact_min_rows`, `compact_ratio`,
-    `prefill_groups` (`sampling.SamplingConfig`; none changes a row's tokens)."""
+    `prefill_groups`, `cache_window` (`sampling.SamplingConfig`; none changes a row's tokens)."""
     return Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(stop_ids),
                     config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
-                    config.get("prefill_groups", 0), config.get("compact_ratio", 0.5))
+                    config.get("prefill_groups", 0), config.get("compact_ratio", 0.5), config.get("cache_window", 0))
 
 
 def model_overrides(config) -> dict:

@@ -24,7 +24,10 @@ take only their own slot windows (`grouped_prefill`); otherwise, on one device, 
 prefilled 32 at a time (`chunked_prefill`). With `compact_min_rows`, the decode
 batch shrinks (by `compact_ratio`, half by default) whenever few enough rows are live
 (`_decode_unrolled`): same tokens per row. With `cache_window`, the first decode phase's
-cache starts at the prompt plus `cache_window` slots and grows by as many when full.
+cache starts at the prompt plus `cache_window` slots and grows by as many when full. With
+`prompt_groups`, `Sampler` sorts a one-device call's prompts by length and cuts them into
+that many equal groups, each prefilled and attended over its own prompt width (a compile
+key: the widths come from the length buckets); outputs return in the caller's order.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import (CACHE_AXES, DECODE_CACHE_AXES, KVCache, decode_cache, decode_step, decode_weights, forward,
-                                   grow_decode_cache, init_cache)
+from prd_jax.model.decoder import (CACHE_AXES, DECODE_CACHE_AXES, KVCache, decode_cache, decode_step_groups,
+                                   decode_weights, forward, grow_decode_cache, init_cache)
 
 log = logging.getLogger(__name__)
 Array = jax.Array
@@ -68,6 +71,7 @@ class SamplingConfig:
     compact_ratio: float = 0.5  # each compaction phase's rows as a fraction of the previous phase's
     decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
     cache_window: int = 0  # >0: the first decode phase's cache grows this many slots at a time
+    prompt_groups: int = 0  # >1 (`Sampler`, one device): length-sorted prompt groups, each over its own width
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -89,6 +93,8 @@ class SamplingConfig:
             raise ValueError(f"compact_ratio={self.compact_ratio}; allowed range (0, 1) (0.5 = halve per phase)")
         if self.prefill_groups < 0:
             raise ValueError(f"prefill_groups={self.prefill_groups}; must be >= 0 (0 or 1 = one prefill)")
+        if self.prompt_groups < 0:
+            raise ValueError(f"prompt_groups={self.prompt_groups}; must be >= 0 (0 or 1 = one prompt width)")
         if self.cache_window < 0:
             raise ValueError(f"cache_window={self.cache_window}; must be >= 0 (0 = all generation slots at once)")
         if self.decode_layers not in ("unrolled", "scan"):
@@ -309,7 +315,7 @@ def row_chunks(batch: int, num_samples: int, max_rows: int, multiple: int = 1) -
 
 def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
              max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int = 0,
-             fanout: bool = True, mesh: Optional[Mesh] = None) -> SampleOutput:
+             fanout: bool = True, mesh: Optional[Mesh] = None, widths: tuple = ()) -> SampleOutput:
     """Pure sampler over padded arrays (jit with `cfg`, `scfg`, `gen_len`, `fanout`, `mesh` static).
 
     prompts `[B, P]` left-padded (row b's tokens fill the last `prompt_lengths[b]` slots); `prompt_keys [B]`; `max_new`
@@ -322,12 +328,22 @@ def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, pr
     Chunk c holds prompts c, c + C, c + 2C, ...: with the batch sharded in contiguous blocks
     this is a local re-layout, no communication. Each row keeps its own key, so the tokens
     equal one unchunked call's (tested).
+
+    Prompt groups (static `widths`, ascending, the last the bucket's `P`; `prompt_widths`
+    picks them): the prompts are cut into `len(widths)` contiguous equal blocks, block g's
+    prompts no longer than `widths[g]`; each block is prefilled and decoded over its own
+    width (`_decode_unrolled`). Unrolled decode, one device and one row chunk only.
     """
     multiple = 1 if mesh is None else batch_size_multiple(mesh)
     chunks = row_chunks(prompts.shape[0], scfg.num_samples, scfg.max_rows, multiple)
+    if len(widths) > 1 and (chunks > 1 or mesh is not None or scfg.decode_layers != "unrolled"
+                            or prompts.shape[0] % len(widths) or widths[-1] != prompts.shape[1]):
+        raise ValueError(f"widths={widths}: prompt groups need one device, one row chunk, unrolled decode, "
+                         f"a batch ({prompts.shape[0]}) they divide and the last width = the prompt bucket "
+                         f"({prompts.shape[1]})")
     if chunks == 1:
         return _generate_rows(cfg, params, prompts, prompt_lengths, prompt_keys, max_new, scfg,
-                              gen_len=gen_len, pad_id=pad_id, fanout=fanout, mesh=mesh)
+                              gen_len=gen_len, pad_id=pad_id, fanout=fanout, mesh=mesh, widths=widths)
     batch = prompts.shape[0]
     split = lambda x: _split_rows(x, chunks)
     one = lambda xs: _generate_rows(cfg, params, *xs, max_new, scfg, gen_len=gen_len, pad_id=pad_id,
@@ -362,37 +378,58 @@ def next_logits(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array,
     return out.swapaxes(0, 1).reshape(batch, -1)
 
 
+def _prefill_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, capacity: int,
+                  scfg: SamplingConfig, mesh: Optional[Mesh]):
+    """The sampler's prefill: grouped (`prefill_groups`), row-chunked, or one under a mesh."""
+    if scfg.prefill_groups > 1 and mesh is None:
+        return grouped_prefill(cfg, params, prompts, prompt_lengths, capacity, scfg.prefill_groups)
+    if mesh is None:
+        return chunked_prefill(cfg, params, prompts, prompt_lengths, capacity)
+    return prefill(cfg, params, prompts, prompt_lengths, capacity, mesh=mesh)  # rows already split over devices
+
+
+def _fan_out(logits: Array, cache: KVCache, m: int):
+    if m == 1:
+        return logits, cache
+    return _repeat_rows(logits, m), KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
+                                            _repeat_rows(cache.start, m), cache.index)
+
+
 def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
                    max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int,
-                   fanout: bool, mesh: Optional[Mesh]) -> SampleOutput:
+                   fanout: bool, mesh: Optional[Mesh], widths: tuple = ()) -> SampleOutput:
     m = scfg.num_samples
     batch, plen = prompts.shape
     if not fanout:
         prompts, prompt_lengths = _repeat_rows(prompts, m), _repeat_rows(prompt_lengths, m)
     unrolled = scfg.decode_layers == "unrolled"
-    capacity = plen if unrolled else plen + gen_len  # unrolled: `decode_cache` adds the generation slots
-    if scfg.prefill_groups > 1 and mesh is None:
-        logits, cache = grouped_prefill(cfg, params, prompts, prompt_lengths, capacity, scfg.prefill_groups)
-    elif mesh is None:
-        logits, cache = chunked_prefill(cfg, params, prompts, prompt_lengths, capacity)
-    else:  # under a mesh the rows are already split over the devices: one prefill
-        logits, cache = prefill(cfg, params, prompts, prompt_lengths, capacity, mesh=mesh)
-    if fanout and m > 1:
-        cache = KVCache(_repeat_rows(cache.k, m, 1), _repeat_rows(cache.v, m, 1),
-                        _repeat_rows(cache.start, m), cache.index)
-        logits = _repeat_rows(logits, m)
     rows = batch * m
     row_keys = sample_keys(prompt_keys, m)
     stop_ids = jnp.asarray(scfg.stop_ids or (-1,), jnp.int32)
     if unrolled:
+        # prompt groups (`prompt_widths`): contiguous equal row blocks, block g left-padded to widths[g]
+        widths = widths or (plen,)
+        per = prompts.shape[0] // len(widths)
+        gens = cache_windows(gen_len, scfg.cache_window)
+        logits, groups = [], []
+        for g, w in enumerate(widths):
+            part = slice(g * per, (g + 1) * per)
+            lg, cache = _prefill_rows(cfg, params, prompts[part, plen - w:], prompt_lengths[part], w, scfg, mesh)
+            if fanout:
+                lg, cache = _fan_out(lg, cache, m)
+            logits.append(lg)  # `decode_cache` adds the generation slots to the prompt-sized cache
+            groups.append((decode_cache(cache, mesh, slots=w + gens[0]), cache.start))
         weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
-        windows = cache_windows(plen, gen_len, scfg.cache_window)
-        caches = decode_cache(cache, mesh, slots=windows[0])
-        return _decode_unrolled(cfg, weights, caches, cache.start, cache.index, logits,
-                                row_keys, max_new, scfg, gen_len=gen_len, pad_id=pad_id, stop_ids=stop_ids,
-                                sizes=compaction_sizes(rows, scfg.compact_min_rows, multiple, scfg.compact_ratio),
-                                windows=windows, mesh=mesh)
+        return _decode_unrolled(cfg, weights, tuple(c for c, _ in groups), jnp.concatenate([s for _, s in groups]),
+                                widths, jnp.concatenate(logits), row_keys, max_new, scfg, gen_len=gen_len,
+                                pad_id=pad_id, stop_ids=stop_ids,
+                                sizes=compaction_sizes(rows, scfg.compact_min_rows, max(multiple, len(widths)),
+                                                       scfg.compact_ratio),
+                                gens=gens, mesh=mesh)
+    logits, cache = _prefill_rows(cfg, params, prompts, prompt_lengths, plen + gen_len, scfg, mesh)
+    if fanout:
+        logits, cache = _fan_out(logits, cache, m)
 
     def cond(state):
         step, _, _, _, _, _, finished = state
@@ -437,12 +474,12 @@ def compaction_sizes(rows: int, min_rows: int, multiple: int = 1, ratio: float =
     return tuple(sizes)
 
 
-def cache_windows(plen: int, gen_len: int, window: int) -> tuple:
-    """Cache sizes (slots) the first decode phase grows through: `plen + window`, `plen +
-    2 window`, ..., ending at `plen + gen_len`; `(plen + gen_len,)` when `window` is 0."""
+def cache_windows(gen_len: int, window: int) -> tuple:
+    """Generation slots the first decode phase's cache grows through (after the prompt's):
+    `window`, `2 window`, ..., ending at `gen_len`; `(gen_len,)` when `window` is 0."""
     if window <= 0:
-        return (plen + gen_len,)
-    return tuple(plen + min(gen_len, g) for g in range(window, gen_len + window, window))
+        return (gen_len,)
+    return tuple(min(gen_len, g) for g in range(window, gen_len + window, window))
 
 
 def _chosen_logprob(logits: Array, tok: Array) -> Array:
@@ -452,9 +489,9 @@ def _chosen_logprob(logits: Array, tok: Array) -> Array:
     return jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] - lse
 
 
-def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, index: Array, logits: Array,
+def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, widths: tuple, logits: Array,
                      row_keys: Array, max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int,
-                     stop_ids: Array, sizes: tuple, windows: tuple, mesh: Optional[Mesh]) -> SampleOutput:
+                     stop_ids: Array, sizes: tuple, gens: tuple, mesh: Optional[Mesh]) -> SampleOutput:
     """The decode loop over per-layer weights and caches (`decode_step`), in compaction phases.
 
     Phase p decodes `sizes[p]` rows in its own `lax.while_loop`. A non-final phase ends when
@@ -465,9 +502,15 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     each row's tokens equal the static loop's (`sizes == (rows,)`; tested in
     tests/test_rollout_batching.py).
 
-    With `windows` longer than one (`SamplingConfig.cache_window`), the first phase runs as
-    one loop per cache size: it starts with `windows[0]` slots and, whenever the write index
-    reaches the size, pads every layer's cache with zero slots to the next size, so a step
+    Prompt groups: `groups` holds one set of per-layer caches per contiguous, equal block of
+    rows, block g's prompts left-padded to `widths[g]` slots (`SamplingConfig.prompt_groups`;
+    one group of the bucket's width otherwise). Group g writes slot `widths[g] + t` at step t
+    and attends over its own slots only (`decoder.decode_step_groups`); compaction keeps each
+    group's rows in its block, as it keeps a shard's.
+
+    With `gens` longer than one (`SamplingConfig.cache_window`), the first phase runs as
+    one loop per cache size: it starts with `gens[0]` generation slots and, whenever the write
+    reaches them, pads every layer's cache with zero slots to the next size, so a step
     reads the slots written so far instead of all `plen + gen_len` (the attention is about
     half of a rollout step at 256 rows x 448 slots; README, "Where a decode step goes"). The
     later phases start at the full size: a loop's cache shape is static, and a compaction can
@@ -482,16 +525,16 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
     temporaries per v5p chip for the Qwen3-8B rollout, against 26 GB without compaction.)
     """
     rows = logits.shape[0]
-    shards = 1 if mesh is None else batch_size_multiple(mesh)
+    shards = max(1 if mesh is None else batch_size_multiple(mesh), len(groups))
     tokens = jnp.full((rows, gen_len), pad_id, jnp.int32)
     logprobs = jnp.zeros((rows, gen_len), jnp.float32)
     lengths_all, finished_all = jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool)
     live = dict(ids=jnp.arange(rows, dtype=jnp.int32), keys=row_keys, start=start, logits=logits,
-                caches=caches, lengths=lengths_all, finished=finished_all)
+                caches=groups, lengths=lengths_all, finished=finished_all)
     step = jnp.int32(0)
-    full = windows[-1]
-    cells = [(0, w) for w in windows] + [(p, full) for p in range(1, len(sizes))]
-    for c, (phase, slots) in enumerate(cells):
+    full = gens[-1]
+    cells = [(0, g) for g in gens] + [(p, full) for p in range(1, len(sizes))]
+    for c, (phase, gen) in enumerate(cells):
         size = sizes[phase]
         last = phase == len(sizes) - 1
         nxt = 0 if last else sizes[phase + 1]
@@ -499,21 +542,23 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
             live = _compact(live, size, shards)
             if mesh is not None:
                 live = _constrain_rows(live, mesh)
-        if c and slots != cells[c - 1][1]:
-            live = dict(live, caches=grow_decode_cache(live["caches"], slots, mesh))
+        if c and gen != cells[c - 1][1]:
+            live = dict(live, caches=tuple(grow_decode_cache(caches, w + gen, mesh)
+                                           for caches, w in zip(live["caches"], widths)))
         identity = phase == 0  # ids are 0..rows-1: plain column writes
+        base = jnp.repeat(jnp.asarray(widths, jnp.int32), size // len(widths))  # each row's first write slot
 
-        def cond(state, nxt=nxt, last=last, slots=slots):
-            step, index, _, _, lv = state
+        def cond(state, nxt=nxt, last=last, gen=gen):
+            step, _, _, lv = state
             go = (step < max_new) & ~jnp.all(lv["finished"])
             if not last:  # the fullest shard decides: every shard keeps its own rows
                 go = go & (jnp.max(jnp.sum(~lv["finished"].reshape(shards, -1), axis=1)) > nxt // shards)
-            if slots < full:  # the next write needs a free slot
-                go = go & (index < slots)
+            if gen < full:  # the next write needs a free slot
+                go = go & (step < gen)
             return go
 
-        def body(state, identity=identity):
-            step, index, tokens, logprobs, lv = state
+        def body(state, identity=identity, base=base, size=size):
+            step, tokens, logprobs, lv = state
             finished = lv["finished"]
             keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(lv["keys"], step)
             tok = choose_tokens(lv["logits"], keys, scfg)
@@ -528,12 +573,15 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
                 logprobs = logprobs.at[lv["ids"], step].set(lp, unique_indices=True)
             lengths = lv["lengths"] + (~finished).astype(jnp.int32)
             finished = finished | jnp.isin(tok, stop_ids)
-            new_logits, caches = decode_step(cfg, weights, tok, index - lv["start"], lv["caches"], lv["start"],
-                                             index, mesh=mesh)
+            per = size // len(widths)
+            step_groups = tuple((caches, lv["start"][g * per:(g + 1) * per], w + step)
+                                for g, (caches, w) in enumerate(zip(lv["caches"], widths)))
+            new_logits, caches = decode_step_groups(cfg, weights, tok, base + step - lv["start"], step_groups,
+                                                    mesh=mesh)
             lv = dict(lv, logits=new_logits, caches=caches, lengths=lengths, finished=finished)
-            return step + 1, index + 1, tokens, logprobs, lv
+            return step + 1, tokens, logprobs, lv
 
-        step, index, tokens, logprobs, live = jax.lax.while_loop(cond, body, (step, index, tokens, logprobs, live))
+        step, tokens, logprobs, live = jax.lax.while_loop(cond, body, (step, tokens, logprobs, live))
         lengths_all = lengths_all.at[live["ids"]].set(live["lengths"], unique_indices=True)
         finished_all = finished_all.at[live["ids"]].set(live["finished"], unique_indices=True)
     return SampleOutput(tokens, logprobs, lengths_all, finished_all)
@@ -541,7 +589,9 @@ def _decode_unrolled(cfg: ModelConfig, weights, caches: tuple, start: Array, ind
 
 def _compact(live: dict, size: int, shards: int) -> dict:
     """The first `size / shards` rows of each of `shards` contiguous row blocks, live rows
-    first (stable), for every leaf of `live` (rows on axis 0): a per-shard gather."""
+    first (stable), for every leaf of `live` (rows on axis 0): a per-shard gather. Prompt
+    groups' caches (`live["caches"]`, one per block when there are several) hold only their
+    block's rows and take that block's selection."""
     n = live["finished"].shape[0] // shards
     order = jnp.argsort(live["finished"].reshape(shards, n), axis=1, stable=True)[:, :size // shards]
 
@@ -549,7 +599,14 @@ def _compact(live: dict, size: int, shards: int) -> dict:
         blocks = x.reshape(shards, n, *x.shape[1:])
         return jax.vmap(lambda b, i: jnp.take(b, i, axis=0))(blocks, order).reshape(size, *x.shape[1:])
 
-    return jax.tree.map(take, live)
+    out = jax.tree.map(take, {k: v for k, v in live.items() if k != "caches"})
+    groups = live.get("caches")
+    if groups is not None and len(groups) > 1:  # one group per block
+        out["caches"] = tuple(jax.tree.map(lambda x, i=order[g]: jnp.take(x, i, axis=0), caches)
+                              for g, caches in enumerate(groups))
+    elif groups is not None:
+        out["caches"] = jax.tree.map(take, groups)
+    return out
 
 
 def _constrain_rows(live: dict, mesh: Mesh) -> dict:
@@ -558,7 +615,8 @@ def _constrain_rows(live: dict, mesh: Mesh) -> dict:
         names = names or ("batch",) + (None,) * (x.ndim - 1)
         return jax.lax.with_sharding_constraint(x, named_sharding(names, mesh, x.shape))
     out = {k: jax.tree.map(rows, v) for k, v in live.items() if k != "caches"}
-    out["caches"] = tuple((rows(k, DECODE_CACHE_AXES[0]), rows(v, DECODE_CACHE_AXES[1])) for k, v in live["caches"])
+    out["caches"] = tuple(tuple((rows(k, DECODE_CACHE_AXES[0]), rows(v, DECODE_CACHE_AXES[1])) for k, v in caches)
+                          for caches in live["caches"])
     return out
 
 
@@ -566,6 +624,23 @@ def _cache_sharding(cache: KVCache, mesh: Mesh) -> KVCache:
     kv = named_sharding(CACHE_AXES, mesh, cache.k.shape)
     return KVCache(kv, kv, named_sharding(("batch",), mesh, cache.start.shape),
                    NamedSharding(mesh, P()))
+
+
+def prompt_groups_apply(batch: int, scfg: SamplingConfig) -> bool:
+    """Whether a one-device call of `batch` prompts decodes in `scfg.prompt_groups` groups:
+    more than one group, equal blocks, unrolled decode, one row chunk."""
+    g = scfg.prompt_groups
+    return (g > 1 and batch % g == 0 and scfg.decode_layers == "unrolled"
+            and row_chunks(batch, scfg.num_samples, scfg.max_rows) == 1)
+
+
+def prompt_widths(sorted_lengths, plen: int, groups: int, minimum: int = 16) -> tuple:
+    """Prompt widths of `groups` equal blocks of ascending prompt lengths: each block's
+    longest prompt's `length_bucket`, the last block the whole bucket `plen` (a compile key:
+    the widths come from the bucket ladder)."""
+    per = len(sorted_lengths) // groups
+    widths = [min(plen, length_bucket(int(sorted_lengths[(g + 1) * per - 1]), minimum)) for g in range(groups - 1)]
+    return tuple(widths) + (plen,)
 
 
 def bucket(n: int, minimum: int = 16) -> int:
@@ -598,19 +673,20 @@ class Sampler:
         return len(self._compiled)
 
     def _executable(self, params, batch: int, plen: int, gen_len: int, scfg: SamplingConfig,
-                    fanout: bool):
-        key = (batch, plen, gen_len, scfg, fanout)
+                    fanout: bool, widths: tuple = ()):
+        key = (batch, plen, gen_len, scfg, fanout, widths)
         if key not in self._compiled:
-            log.info("sampler: compiling batch=%d prompt=%d gen=%d %s fanout=%s (compilation #%d)",
-                     batch, plen, gen_len, scfg, fanout, len(self._compiled) + 1)
-            fn = jax.jit(generate, static_argnames=("cfg", "scfg", "gen_len", "pad_id", "fanout", "mesh"),
+            log.info("sampler: compiling batch=%d prompt=%d gen=%d %s fanout=%s widths=%s (compilation #%d)",
+                     batch, plen, gen_len, scfg, fanout, widths, len(self._compiled) + 1)
+            fn = jax.jit(generate, static_argnames=("cfg", "scfg", "gen_len", "pad_id", "fanout", "mesh", "widths"),
                          static_argnums=(0,))
             args = (jax.ShapeDtypeStruct((batch, plen), jnp.int32, sharding=self._batch_sharding(2)),
                     jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self._batch_sharding(1)),
                     jax.ShapeDtypeStruct((batch,), jax.random.key(0).dtype, sharding=self._batch_sharding(1)),
                     jax.ShapeDtypeStruct((), jnp.int32))
             self._compiled[key] = fn.lower(self.cfg, params, *args, scfg=scfg, gen_len=gen_len,
-                                           pad_id=self.pad_id, fanout=fanout, mesh=self.mesh).compile()
+                                           pad_id=self.pad_id, fanout=fanout, mesh=self.mesh,
+                                           widths=widths).compile()
         return self._compiled[key]
 
     def _batch_sharding(self, ndim: int):
@@ -643,7 +719,12 @@ class Sampler:
             tokens[i, plen - len(p):] = p
             lengths[i] = len(p)
         keys = jnp.concatenate([keys, jax.random.split(jax.random.key(0), batch - n)]) if batch > n else keys
-        exe = self._executable(params, batch, plen, gen_len, scfg, fanout)
+        widths, order = (), None
+        if self.mesh is None and prompt_groups_apply(batch, scfg):
+            order = np.argsort(lengths, kind="stable")  # shortest first; each prompt keeps its key
+            tokens, lengths, keys = tokens[order], lengths[order], keys[jnp.asarray(order)]
+            widths = prompt_widths(lengths, plen, scfg.prompt_groups, self.min_bucket)
+        exe = self._executable(params, batch, plen, gen_len, scfg, fanout, widths)
         put = (lambda x, nd: jax.device_put(x, self._batch_sharding(nd))) if self.mesh else (lambda x, nd: x)
         out = exe(params, put(jnp.asarray(tokens), 2), put(jnp.asarray(lengths), 1), put(keys, 1),
                   jnp.int32(scfg.max_new_tokens))
@@ -651,6 +732,10 @@ class Sampler:
         # one small program per width.
         rows = n * scfg.num_samples
         host = jax.device_get(out)
+        if order is not None:  # back to the callers' prompt order (rows prompt-major: b * M + m)
+            back = np.argsort(order)
+            row_back = (back[:, None] * scfg.num_samples + np.arange(scfg.num_samples)).reshape(-1)
+            host = jax.tree.map(lambda x: x[row_back], host)
         width = max(1, int(host.lengths[:rows].max()))
         return SampleOutput(jnp.asarray(host.tokens[:rows, :width]), jnp.asarray(host.logprobs[:rows, :width]),
                             jnp.asarray(host.lengths[:rows]), jnp.asarray(host.stopped[:rows]))

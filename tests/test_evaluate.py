@@ -71,14 +71,16 @@ def test_eval_sampling_carries_the_sampler_cost_keys():
     from prd_jax.operators.calls import sampling_config
 
     config = ml_collections.ConfigDict(dict(temperature=0.6, top_p=0.95, top_k=20, max_rows_per_call=64,
-                                            compact_min_rows=8, compact_ratio=0.75, prefill_groups=4))
+                                            compact_min_rows=8, compact_ratio=0.75, prefill_groups=4,
+                                            cache_window=64))
     s = eval_sampling(config, [2, 7])
     assert (s.temperature, s.top_p, s.top_k, s.stop_ids) == (0.6, 0.95, 20, (2, 7))
-    assert (s.max_rows, s.compact_min_rows, s.compact_ratio, s.prefill_groups) == (64, 8, 0.75, 4)
+    knobs = lambda x: (x.max_rows, x.compact_min_rows, x.compact_ratio, x.prefill_groups, x.cache_window)  # noqa: E731
+    assert knobs(s) == (64, 8, 0.75, 4, 64)
     scfg = sampling_config(type("Ctx", (), {"sampling": s})(), 32, num_samples=4)
-    assert (scfg.max_rows, scfg.compact_min_rows, scfg.compact_ratio, scfg.prefill_groups) == (64, 8, 0.75, 4)
+    assert knobs(scfg) == (64, 8, 0.75, 4, 64)
     bare = eval_sampling(ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0)), [2])
-    assert (bare.max_rows, bare.compact_min_rows, bare.compact_ratio, bare.prefill_groups) == (0, 0, 0.5, 0)
+    assert knobs(bare) == (0, 0, 0.5, 0, 0)
 
 
 def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):

@@ -120,9 +120,11 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
     static, params, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5"])
     compact, _, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5",
                                                          "--config.rl.compact_min_rows=2",
-                                                         "--config.rl.compact_ratio=0.75"])
+                                                         "--config.rl.compact_ratio=0.75",
+                                                         "--config.rl.cache_window=16"])
     assert compact.operator.ctx.sampling.compact_min_rows == 2 and static.operator.ctx.sampling.compact_min_rows == 0
     assert compact.operator.ctx.sampling.compact_ratio == 0.75 == compact.rl.sampler_config(8, 2, (1,)).compact_ratio
+    assert compact.operator.ctx.sampling.cache_window == 16 == compact.rl.sampler_config(8, 2, (1,)).cache_window
     a, _ = static.next_batch(_State(params), 0)
     b, _ = compact.next_batch(_State(params), 0)
     for key in ("inputs", "targets", "weights", "segment_ids"):
@@ -132,6 +134,8 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
         stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_min_rows=-1"])
     with pytest.raises(ValueError, match="compact_ratio"):
         stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_ratio=1.0"])
+    with pytest.raises(ValueError, match="cache_window"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.rl.cache_window=-1"])
 
 
 def test_continual_mode_needs_and_loads_a_baseline_rl_checkpoint(sft_workdir, tmp_path, spread_reward):

@@ -12,7 +12,7 @@ from prd_jax.mesh import make_mesh
 from prd_jax.model.weights import param_shardings
 from prd_jax.model import forward, get_model_config, init_params
 from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache
-from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes
+from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes, generate, prompt_widths
 
 # 16 of the tiny vocabulary's 256 ids stop a row: at T = 1 lengths spread widely.
 STOPS = tuple(range(3, 256, 16))
@@ -90,11 +90,17 @@ def test_compacted_rows_equal_the_static_sampler(tiny, num_samples, top_p, ratio
             np.testing.assert_allclose(compact.logprobs[r, :n], alone.logprobs[m, :n], atol=1e-5)
 
 
-def test_cache_windows_hand_computed():
-    assert cache_windows(48, 64, 0) == (112,)
-    assert cache_windows(48, 64, 16) == (64, 80, 96, 112)
-    assert cache_windows(48, 48, 32) == (80, 96)  # the last window stops at the generation bucket
-    assert cache_windows(8, 16, 64) == (24,)
+def test_cache_windows_and_prompt_widths_hand_computed():
+    assert cache_windows(64, 0) == (64,)
+    assert cache_windows(64, 16) == (16, 32, 48, 64)
+    assert cache_windows(48, 32) == (32, 48)  # the last window stops at the generation bucket
+    assert cache_windows(16, 64) == (16,)
+    # 8 sorted lengths in 2 groups: the shorter four's longest is 20 -> bucket 24; the last is the bucket
+    assert prompt_widths([3, 5, 9, 20, 21, 40, 50, 60], 64, 2) == (24, 64)
+    assert prompt_widths([3, 5, 9, 20, 21, 40, 50, 60], 64, 4) == (16, 24, 48, 64)
+    assert prompt_widths([1, 1, 1, 1], 16, 2) == (16, 16)  # the bucket's minimum
+    with pytest.raises(ValueError, match="prompt_groups"):
+        SamplingConfig(8, prompt_groups=-1)
     with pytest.raises(ValueError, match="cache_window"):
         SamplingConfig(8, cache_window=-1)
 
@@ -115,6 +121,32 @@ def test_growing_cache_equals_the_full_cache(tiny, window, min_rows):
     np.testing.assert_array_equal(grown.stopped, static.stopped)
     np.testing.assert_array_equal(grown.tokens, static.tokens)
     np.testing.assert_allclose(grown.logprobs, static.logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups,extra", [(2, {}), (4, dict(num_samples=2, top_p=0.9)),
+                                          (2, dict(compact_min_rows=2, cache_window=8, prefill_groups=2))])
+def test_prompt_groups_equal_one_prompt_width(tiny, groups, extra):
+    """Length-sorted prompt groups, each decoded over its own prompt width, give every request
+    the tokens of one width (and its key: outputs come back in the caller's order)."""
+    cfg, params = tiny
+    sampler = Sampler(cfg)
+    prompts = PROMPTS + [[7] * 20, [9] * 30]  # 18 prompts -> a 32-row batch, widths up to 32
+    keys = jax.random.split(jax.random.key(6), len(prompts))
+    base = dict(temperature=1.0, stop_ids=STOPS, **extra)
+    one = sampler(params, prompts, keys, SamplingConfig(40, **base))
+    grouped = sampler(params, prompts, keys, SamplingConfig(40, prompt_groups=groups, **base))
+    widths = [k[-1] for k in sampler._compiled]
+    assert widths[0] == () and len(widths[1]) == groups and widths[1][0] < widths[1][-1] == 32
+    np.testing.assert_array_equal(grouped.tokens, one.tokens)
+    np.testing.assert_array_equal(grouped.lengths, one.lengths)
+    np.testing.assert_array_equal(grouped.stopped, one.stopped)
+    np.testing.assert_allclose(grouped.logprobs, one.logprobs, atol=1e-5)
+    lengths = np.asarray(one.lengths)
+    assert lengths.min() < 10 and lengths.max() > 20
+    with pytest.raises(ValueError, match="prompt groups need"):  # the last width must be the bucket
+        generate(cfg, params, jnp.zeros((4, 16), jnp.int32), jnp.ones((4,), jnp.int32),
+                 jax.random.split(jax.random.key(0), 4), jnp.int32(4), SamplingConfig(4), gen_len=16,
+                 widths=(8, 8))
 
 
 def test_grouped_prefill_equals_one_prefill(tiny):
@@ -342,10 +374,11 @@ def test_operator_calls_with_compaction_equal_static_calls():
     static = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx)
     compact = run_operator(ModelLM(params, cfg, 0, compact_min_rows=2), probs, keys, spec, ctx)
     # the eval / operator-RL route: the context's Sampling carries it to every call's SamplingConfig
-    ctx_compact = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS, compact_min_rows=2, prefill_groups=2),
-                               kappa=8, k_max=4)
+    ctx_compact = make_context(tok, Sampling(temperature=1.0, stop_ids=STOPS, compact_min_rows=2, prefill_groups=2,
+                                             cache_window=8), kappa=8, k_max=4)
     assert sampling_config(ctx_compact, 8, 4).compact_min_rows == 2
     assert sampling_config(ctx_compact, 8, 4).prefill_groups == 2
+    assert sampling_config(ctx_compact, 8, 4).cache_window == 8
     routed = run_operator(ModelLM(params, cfg, 0), probs, keys, spec, ctx_compact)
     for out in (compact, routed):
         np.testing.assert_array_equal(out.final_tokens, static.final_tokens)

@@ -36,8 +36,9 @@ def get_config(arg=None):
         verifier_threshold=0.2, verifier_pairs_per_prompt=4, verifier_max_new_tokens=32,
         verifier_candidate_max_tokens=64, seed_offset=0, templates=c.data.templates,
         # > 0: sampler calls compact finished rows down to this many, each phase compact_ratio of the
-        # one before (same tokens)
-        compact_min_rows=0, compact_ratio=0.5))
+        # one before; cache_window > 0: their first phase's cache grows that many slots at a time
+        # (same tokens either way)
+        compact_min_rows=0, compact_ratio=0.5, cache_window=0))
     c.optim.learning_rate = 1e-4
     c.optim.warmup_steps = 0
     c.optim.decay_steps = 10

@@ -517,6 +517,21 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
     layout) and attends to slots `start[b] <= j <= index`. Returns fp32 logits `[B, V]` and
     the updated caches; equals `forward` with a one-token step (tested against it).
     """
+    logits, (caches,) = decode_step_groups(cfg, weights, tokens, positions, ((caches, start, index),), mesh=mesh)
+    return logits, caches
+
+
+def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Array, groups: tuple, *,
+                       mesh: Optional[Mesh] = None):
+    """`decode_step` over rows cut into contiguous groups, each with its own caches.
+
+    `groups` is `((caches, start, index), ...)` in row order; group g's caches hold its rows
+    (their count is the caches' batch size) with its own slot count and write slot `index`,
+    `start` its rows' first slots. The projections, MLP and head run once over all rows; only
+    the attention runs per group, over that group's slots: rows with short prompts then
+    read a cache of their own prompt width (`sampling.SamplingConfig.prompt_groups`).
+    Returns fp32 logits `[B, V]` and each group's updated caches.
+    """
     dt = _DTYPES[cfg.dtype]
     n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     g = n // k
@@ -525,12 +540,14 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
     x = _constrain(x, ("batch", "embed"), mesh)
     angles = positions.astype(jnp.float32)[:, None] * rope_inv_freq(h, cfg.rope_theta, cfg.rope_scaling)
     cos, sin = jnp.cos(angles), jnp.sin(angles)  # [B, Dh/2]
-    capacity = caches[0][1].shape[2]
-    slots = jnp.arange(capacity)[None, :]
-    mask = (slots <= index) & (slots >= start[:, None])  # [B, S]
+    bounds, masks = [0], []
+    for caches, start, index in groups:
+        bounds.append(bounds[-1] + caches[0][1].shape[0])
+        slots = jnp.arange(caches[0][1].shape[2])[None, :]
+        masks.append((slots <= index) & (slots >= start[:, None]))  # [B_g, S_g]
     scale = 1.0 / math.sqrt(h)
-    new_caches = []
-    for layer, (cache_k, cache_v) in zip(weights["layers"], caches):
+    new_caches = [[] for _ in groups]
+    for i, layer in enumerate(weights["layers"]):
         y = _rms(x, layer["attn_norm"], cfg.rms_eps)
         if "qkv" in layer:
             qkv = _apply(y, layer["qkv"])
@@ -546,11 +563,17 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
         if "q_norm" in layer:
             q, key = _rms(q, layer["q_norm"], cfg.rms_eps), _rms(key, layer["k_norm"], cfg.rms_eps)
         q, key = _rope_1(q, cos, sin), _rope_1(key, cos, sin)
-        cache_k = jax.lax.dynamic_update_slice(cache_k, key[:, :, :, None].astype(cache_k.dtype), (0, 0, 0, index))
-        cache_v = jax.lax.dynamic_update_slice(cache_v, val[:, :, None].astype(cache_v.dtype), (0, 0, index, 0))
-        new_caches.append((cache_k, cache_v))
         q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
-        out = cache_attention(q, cache_k, cache_v, mask, scale).astype(dt).reshape(b, n * h)
+        outs = []
+        for j, (caches, _, index) in enumerate(groups):
+            rows = slice(bounds[j], bounds[j + 1])
+            cache_k, cache_v = caches[i]
+            cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
+                                                   (0, 0, 0, index))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype), (0, 0, index, 0))
+            new_caches[j].append((cache_k, cache_v))
+            outs.append(cache_attention(q[rows], cache_k, cache_v, masks[j], scale))
+        out = (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt).reshape(b, n * h)
         x = x + _apply(out, layer["o"])
         y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
         if "gate_up" in layer:
@@ -561,4 +584,4 @@ def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, cach
         x = _constrain(x + _apply(hid, layer["down"]), ("batch", "embed"), mesh)
     x = _rms(x, weights["final_norm"], cfg.rms_eps)
     logits = _apply(x, weights["head"], jnp.float32)
-    return _constrain(logits, ("batch", "vocab"), mesh), tuple(new_caches)
+    return _constrain(logits, ("batch", "vocab"), mesh), tuple(tuple(c) for c in new_caches)

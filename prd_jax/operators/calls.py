@@ -26,7 +26,7 @@ def sampling_config(ctx, max_new: int, num_samples: int = 1) -> SamplingConfig:
     s = ctx.sampling
     return SamplingConfig(max_new, s.temperature, s.top_p, s.top_k, num_samples, s.stop_ids,
                           max(s.max_rows, num_samples) if s.max_rows else 0, compact_min_rows=s.compact_min_rows,
-                          prefill_groups=s.prefill_groups, compact_ratio=s.compact_ratio)
+                          prefill_groups=s.prefill_groups, compact_ratio=s.compact_ratio, cache_window=s.cache_window)
 
 
 def fill(tpl, rows: int, fills: dict) -> list:

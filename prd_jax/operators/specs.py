@@ -125,6 +125,7 @@ class Sampling:
     # > 1: prefill length-sorted row groups over their own slot windows (SamplingConfig.prefill_groups)
     prefill_groups: int = 0
     compact_ratio: float = 0.5  # each compaction phase's rows / the previous phase's (SamplingConfig)
+    cache_window: int = 0  # > 0: the first decode phase's cache grows this many slots at a time (SamplingConfig)
 
 
 def _check_bool(obj, *fields):

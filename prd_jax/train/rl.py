@@ -114,13 +114,16 @@ class RLConfig:
     # tokens, cost follows live rows
     compact_min_rows: int = 0
     compact_ratio: float = 0.5
+    # > 0: those calls' first decode phase grows its cache this many slots at a time
+    # (`SamplingConfig.cache_window`): same tokens, a step reads the slots written so far
+    cache_window: int = 0
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
                   "updates_per_batch", "minibatches"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
-        for f in ("max_rows_per_call", "max_problem_tokens", "compact_min_rows"):
+        for f in ("max_rows_per_call", "max_problem_tokens", "compact_min_rows", "cache_window"):
             if getattr(self, f) < 0:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 0 (0 = no separate bound)")
         if not 0.0 < self.compact_ratio < 1.0:
@@ -182,13 +185,13 @@ class RLConfig:
     def sampling(self, stop_ids) -> Sampling:
         """The operator context's sampling for operator-RL rounds (policy T, top-p; no top-k)."""
         return Sampling(self.temperature, self.top_p, 0, tuple(stop_ids), self.max_rows_per_call,
-                        self.compact_min_rows, compact_ratio=self.compact_ratio)
+                        self.compact_min_rows, compact_ratio=self.compact_ratio, cache_window=self.cache_window)
 
     def sampler_config(self, max_new: int, num_samples: int, stop_ids) -> SamplingConfig:
         """A standard rollout's or verifier call's sampler settings (row cap, compaction)."""
         return SamplingConfig(max_new, self.temperature, self.top_p, 0, num_samples, tuple(stop_ids),
                               self.max_rows_per_call, compact_min_rows=self.compact_min_rows,
-                              compact_ratio=self.compact_ratio)
+                              compact_ratio=self.compact_ratio, cache_window=self.cache_window)
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
