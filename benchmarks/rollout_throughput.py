@@ -10,7 +10,9 @@ tokens each row generates up to and including its stop token. Ours runs all requ
 one sampler call with `compact_min_rows` and `compact_ratio` (the decode batch shrinks to
 `compact_ratio` of its rows whenever that many or fewer are live, down to
 `compact_min_rows`) and `prefill_groups` (length-sorted row groups prefilled over their
-own slot windows, `sampling.grouped_prefill`); transformers runs them in static batches of
+own slot windows, `sampling.grouped_prefill`), `cache_window` (the cache grows with the
+decode) and `prompt_groups` (length-sorted prompt groups, each attended over its own prompt
+width); transformers runs them in static batches of
 `--hf-batch`, each decoding until its longest row stops. `padding_fraction` is the share
 of decoded row-steps that are not useful tokens: for ours the row-steps follow the
 compaction schedule replayed from the rows' lengths, for transformers each batch costs
