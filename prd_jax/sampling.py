@@ -515,7 +515,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
     half of a rollout step at 256 rows x 448 slots; README, "Where a decode step goes"). The
     later phases start at the full size: a loop's cache shape is static, and a compaction can
     come at any step. Masked zero slots change no logit, so the tokens stay the static
-    loop's (tested). Only the first phase grows: the cost is `len(windows)` more compiled
+    loop's (tested). Only the first phase grows: the cost is `len(gens)` more compiled
     loop bodies, and at the step of a growth both cache sizes are live.
 
     Under a mesh the rows are cut into the batch axes' S shards and compaction is shard-local
