@@ -95,6 +95,9 @@ def get_config(arg=None):
         # rollout lengths spread up to 16k: each call's decode batch halves (per batch shard) as rows
         # finish, down to a quarter (sampling._decode_unrolled)
         compact_min_rows=MAX_ROWS[arg] // 4,
+        # > 0: the first decode phase's cache grows this many slots at a time (sampling.cache_windows);
+        # off here: the fit tables were compiled without it (README "Rollout throughput")
+        cache_window=0,
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
         cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
         aux_sft_normaliser="correct_token_mean", updates_per_batch=1))
