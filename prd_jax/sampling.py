@@ -316,7 +316,7 @@ def row_chunks(batch: int, num_samples: int, max_rows: int, multiple: int = 1) -
 def generate(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Array, prompt_keys: Array,
              max_new: Array, scfg: SamplingConfig, *, gen_len: int, pad_id: int = 0,
              fanout: bool = True, mesh: Optional[Mesh] = None, widths: tuple = ()) -> SampleOutput:
-    """Pure sampler over padded arrays (jit with `cfg`, `scfg`, `gen_len`, `fanout`, `mesh` static).
+    """Pure sampler over padded arrays (jit with `cfg`, `scfg`, `gen_len`, `fanout`, `mesh`, `widths` static).
 
     prompts `[B, P]` left-padded (row b's tokens fill the last `prompt_lengths[b]` slots); `prompt_keys [B]`; `max_new`
     a traced scalar <= gen_len. With `fanout`, the prompt batch is prefilled once and its
