@@ -8,7 +8,11 @@ MFU = model FLOPs per step / step time / matmul peak, with model FLOPs = 6 N T +
 length; the second term is attention). The step is our compiled `train_step` (SFT loss,
 AdamW, global-norm clipping) on random tokens, fp32. With `--torch`, the same-shaped
 LlamaForCausalLM forward+backward+AdamW step in torch runs in the same process and the
-ratio of step times is printed. Prints a table, then one JSON line with `mfu_vs_matmul_peak`.
+ratio of step times is printed. With `--attention`, one layer's causal attention forward +
+backward at the step's shapes is also timed alone (best of 10): ours
+(`model.attention.causal_block_attention` under the default remat policy) and torch's
+`scaled_dot_product_attention(is_causal=True)`. Prints a table, then one JSON line with
+`mfu_vs_matmul_peak`.
 """
 
 from __future__ import annotations
@@ -91,12 +95,50 @@ def torch_step(cfg, batch: int, seq: int, steps: int) -> float:
     return float(np.median(times))
 
 
+def best_of(fn, repeats: int = 10) -> float:
+    fn()  # warm up / compile
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def attention_times(cfg, batch: int, seq: int) -> tuple:
+    """(ours, torch) seconds for one layer's causal attention forward + backward."""
+    import jax.numpy as jnp
+    import torch
+
+    from prd_jax.model.attention import causal_block_attention
+    from prd_jax.model.decoder import REMAT_POLICY
+
+    n, k, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q, key, val = (np.random.default_rng(i).standard_normal((batch, seq, h, dh)).astype(np.float32)
+                   for i, h in enumerate((n, k, k)))
+    j = np.arange(seq)
+    mask = jnp.asarray(np.broadcast_to(j[None, None, None, :] <= j[None, None, :, None], (batch, 1, seq, seq)))
+    attn = jax.checkpoint(lambda q, key, val: causal_block_attention(q, key, val, mask, dh ** -0.5),
+                          policy=REMAT_POLICY[cfg.remat_policy])
+    grad = jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(attn(*a))), argnums=(0, 1, 2)))
+    ours_s = best_of(lambda: jax.block_until_ready(grad(q, key, val)))
+    tq, tk, tv = (torch.tensor(x).transpose(1, 2).requires_grad_() for x in (q, key, val))
+
+    def torch_once():
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+        torch.autograd.grad(torch.sin(out).sum(), (tq, tk, tv))
+
+    return ours_s, best_of(torch_once)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--torch", action="store_true", help="also time HF transformers (torch) on the same shapes")
+    p.add_argument("--attention", action="store_true",
+                   help="also time one layer's attention forward + backward, ours and torch's SDPA")
     p.add_argument("--unroll", type=int, default=1, help="ModelConfig.scan_unroll (layers per scan iteration)")
     args = p.parse_args()
     from prd_jax.model import get_model_config
@@ -114,6 +156,10 @@ def main():
     if args.torch:
         t = torch_step(cfg, args.batch, args.seq, args.steps)
         record.update(torch_step_s=t, torch_mfu_vs_matmul_peak=flops / t / peak, speed_vs_torch=t / step_s)
+    if args.attention:
+        a_ours, a_torch = attention_times(cfg, args.batch, args.seq)
+        record.update(attention_ms=a_ours * 1e3, torch_attention_ms=a_torch * 1e3,
+                      attention_speed_vs_torch=a_torch / a_ours)
     for k, v in record.items():
         print(f"{k:28s} {v:.4g}" if isinstance(v, float) else f"{k:28s} {v}")
     print(json.dumps(record))

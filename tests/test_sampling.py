@@ -258,9 +258,12 @@ def test_blocked_prefill_attention_equals_dense(tiny):
 
 def test_causal_block_attention_equals_dense_with_packed_rows():
     """Training attention in query blocks (keys after the block skipped) equals one dense call
-    under the causal, segment-block-diagonal mask, values and gradients; a length that is not
-    a multiple of the block falls back to the dense call."""
-    from prd_jax.model.decoder import causal_block_attention
+    under the causal, segment-block-diagonal mask, values and gradients: the written-out
+    backward (`fused`, also under every remat policy, which keeps or recomputes its saved
+    output and log-sum-exp) and the differentiated blocks; a length that is not a multiple
+    of the block gives a short last block."""
+    from prd_jax.model.attention import causal_block_attention
+    from prd_jax.model.decoder import REMAT_POLICY
 
     b, n, k, dh = 2, 4, 2, 8
     for t, block in ((16, 4), (16, 8), (12, 5)):
@@ -272,11 +275,14 @@ def test_causal_block_attention_equals_dense_with_packed_rows():
         def dense(q, key, val):
             return jax.nn.dot_product_attention(q, key, val, mask=mask, scale=0.3)
 
-        def blocked(q, key, val):
-            return causal_block_attention(q, key, val, mask, 0.3, block=block)
-
-        np.testing.assert_allclose(blocked(q, key, val), dense(q, key, val), atol=1e-6)
         loss = lambda f: lambda *a: jnp.sum(jnp.sin(f(*a)))  # noqa: E731
-        for g_b, g_d in zip(jax.grad(loss(blocked), argnums=(0, 1, 2))(q, key, val),
-                            jax.grad(loss(dense), argnums=(0, 1, 2))(q, key, val)):
-            np.testing.assert_allclose(g_b, g_d, atol=1e-5)
+        want = jax.grad(loss(dense), argnums=(0, 1, 2))(q, key, val)
+        for fused, policy in ((False, None), (True, None), (True, "dots"), (True, "dots_no_batch"), (False, "full")):
+            def blocked(q, key, val):
+                return causal_block_attention(q, key, val, mask, 0.3, block=block, fused=fused)
+
+            if policy is not None:
+                blocked = jax.checkpoint(blocked, policy=REMAT_POLICY[policy])
+            np.testing.assert_allclose(blocked(q, key, val), dense(q, key, val), atol=1e-6)
+            for g_b, g_d in zip(jax.grad(loss(blocked), argnums=(0, 1, 2))(q, key, val), want):
+                np.testing.assert_allclose(g_b, g_d, atol=1e-5)

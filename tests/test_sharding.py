@@ -110,10 +110,16 @@ def test_remat_and_bf16_compute(tiny):
         for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(jax.grad(loss)(params, other))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     assert cfg.replace(remat=True).remat_policy == "full" and cfg.replace(remat=False).remat_policy == "none"
-    # the policy reaches the layer: matmuls in the backward's program (recomputed ones add to them)
-    dots = {r: str(jax.make_jaxpr(lambda p, c=cfg.replace(remat=r): jax.grad(loss)(p, c))(params)).count("dot_general")
-            for r in ("none", "dots", "dots_no_batch", "full")}
-    assert dots["none"] == dots["dots"] < dots["dots_no_batch"] < dots["full"], dots
+    # The policy reaches the layer. Full remat recomputes the weight matmuls (more dots in the
+    # backward's program); the partial policies recompute only elementwise work such as the
+    # norms (more rsqrt than "none"), and the fused attention's output and log-sum-exp are
+    # named for them to keep; full remat differentiates the blocks instead (no names).
+    jaxprs = {r: str(jax.make_jaxpr(lambda p, c=cfg.replace(remat=r): jax.grad(loss)(p, c))(params))
+              for r in ("none", "dots", "dots_no_batch", "full")}
+    dots, norms = ({r: j.count(op) for r, j in jaxprs.items()} for op in ("dot_general", "rsqrt"))
+    assert dots["none"] == dots["dots"] == dots["dots_no_batch"] < dots["full"], dots
+    assert norms["none"] < norms["dots"] == norms["dots_no_batch"] == norms["full"], norms
+    assert all("name=attn_out" in jaxprs[r] for r in ("none", "dots", "dots_no_batch")) and "attn_out" not in jaxprs["full"]
     with pytest.raises(ValueError, match="scan_unroll=0"):
         cfg.replace(scan_unroll=0)
     with pytest.raises(ValueError, match="remat='dots_only'.*dots_no_batch"):

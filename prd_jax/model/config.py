@@ -38,7 +38,8 @@ class ModelConfig:
     as MaxText's `remat_policy`): "none" (or False) keeps every intermediate; "full" (or True)
     only the layer's input, recomputing the layer (about 4/3 the FLOPs); "dots" the outputs
     of every matmul; "dots_no_batch" (default) those of the weight matmuls only, recomputing
-    norms, RoPE, activations and the attention scores. The last two recompute no weight
+    norms, RoPE, activations and the attention scores. Both partial policies also keep the
+    training attention's output and log-sum-exp (`prd_jax.model.attention`). The last two recompute no weight
     matmul; on XLA:CPU "dots_no_batch" made SmolLM2's train step about 8% faster than "none"
     (measured step times; that the saving is the layer scan's stacked activations was not
     profiled; README, train-step MFU).

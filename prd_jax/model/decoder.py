@@ -25,13 +25,19 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from prd_jax.mesh import named_sharding
+from prd_jax.model.attention import SAVED_NAMES, causal_block_attention
 from prd_jax.model.config import ModelConfig, RopeScaling
 
 Array = jax.Array
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _POLICIES = jax.checkpoint_policies
-REMAT_POLICY = {"full": None, "dots": _POLICIES.checkpoint_dots,  # `ModelConfig.remat`; "none" runs no remat
-                "dots_no_batch": _POLICIES.dots_with_no_batch_dims_saveable}
+# `ModelConfig.remat`; "none" runs no remat. The partial policies also keep the fused attention's
+# output and log-sum-exp, which its written-out backward reads (`attention` module docstring).
+_KEEP_ATTENTION = _POLICIES.save_only_these_names(*SAVED_NAMES)
+REMAT_POLICY = {"full": None,
+                "dots": _POLICIES.save_from_both_policies(_POLICIES.checkpoint_dots, _KEEP_ATTENTION),
+                "dots_no_batch": _POLICIES.save_from_both_policies(
+                    _POLICIES.dots_with_no_batch_dims_saveable, _KEEP_ATTENTION)}
 
 
 @flax.struct.dataclass
@@ -160,7 +166,7 @@ class Attention(nn.Module):
         if self.prefill:
             out = prefill_attention(q, key, val, mask, 1.0 / math.sqrt(h))
         elif cache_kv is None:
-            out = causal_block_attention(q, key, val, mask, 1.0 / math.sqrt(h))
+            out = causal_block_attention(q, key, val, mask, 1.0 / math.sqrt(h), fused=cfg.remat_policy != "full")
         else:
             out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
         out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
@@ -302,39 +308,6 @@ def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
 
 
 PREFILL_QUERY_BLOCK = 1024
-TRAIN_QUERY_BLOCK = 128
-
-
-def causal_block_attention(q: Array, key: Array, val: Array, mask: Array, scale: float,
-                           block: int = TRAIN_QUERY_BLOCK) -> Array:
-    """Causal self-attention without a cache (training, scoring) in query blocks that skip
-    the keys after the block: query block i attends to keys `[0, i * block + block)` only.
-
-    q `[B, T, N, Dh]`, key/val `[B, T, K, Dh]`, `mask [B, 1, T, T]` causal (and block-diagonal
-    for packed rows), so every skipped key is masked anyway: the result equals one dense
-    `jax.nn.dot_product_attention` call (a masked key's weight is exactly 0; a query with no
-    visible key averages all keys, as there), at about `(nb + 1) / (2 nb)` of its score work
-    for `nb = T / block` blocks. Heads are laid out `[B, K, G, T, Dh]` once per layer, so
-    every block's scores, softmax and their gradients run on contiguous rows, not relaid per
-    block as the dense call's were (fwd + bwd 39-41 ms against 48-52 ms per SmolLM2 layer at
-    [2, 512]; README, train-step MFU).
-    """
-    b, t, n, dh = q.shape
-    k = key.shape[2]
-    qh = (q * jnp.asarray(scale, q.dtype)).reshape(b, t, k, n // k, dh).transpose(0, 2, 3, 1, 4)
-    kh, vh = key.transpose(0, 2, 1, 3), val.transpose(0, 2, 1, 3)  # [B, K, T, Dh]
-    masked = jnp.asarray(-0.7 * jnp.finfo(jnp.float32).max, jnp.float32)  # as jax.nn's dense call
-    outs = []
-    for i in range(0, t, block):
-        end = min(i + block, t)
-        s = jnp.einsum("bkgqd,bksd->bkgqs", qh[:, :, :, i:end], kh[:, :, :end],
-                       preferred_element_type=jnp.float32)
-        s = jnp.where(mask[:, :, None, i:end, :end], s, masked)
-        p = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
-        p = p / jnp.sum(p, axis=-1, keepdims=True)
-        outs.append(jnp.einsum("bkgqs,bksd->bkgqd", p.astype(vh.dtype), vh[:, :, :end]))
-    out = jnp.concatenate(outs, axis=3)  # [B, K, G, T, Dh]
-    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, dh)
 
 
 def prefill_attention(q: Array, key: Array, val: Array, start: Array, scale: float,
