@@ -7,7 +7,8 @@ exactly `--new-tokens` tokens per row (greedy, no stop ids) from the same prompt
 sides are timed in interleaved rounds (best of `--repeats` each), so on a shared machine
 they see the same load. The machine's fp32 matmul peak comes from a large jitted
 `jnp.dot` (best over the rounds), and the roofline fraction is our achieved model FLOP/s
-over that peak. `--scan` also times the scanned-layers decode (the previous sampler). Prints a table, then one JSON line.
+over that peak; torch's own peak for the same matmul is printed beside it (the peer's BLAS
+can be much slower than XLA's on some CPUs). `--scan` also times the scanned-layers decode (the previous sampler). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
     for _ in range(repeats):
         t = time.perf_counter()
         dot(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def torch_matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
+    """The same n x n fp32 matmul in torch (its BLAS, with the threads the peer side uses):
+    the two libraries' peaks differ by CPU (MKL's on an AMD EPYC host was 0.4x XLA's)."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best
 
@@ -124,9 +141,11 @@ def main():
         runners["hf"] = hf_runner(smollm2_gguf_path(), prompt_ids, args.new_tokens, tok.pad_id)
     # Interleaved repeats (best of each): on a shared machine every side sees the same load.
     best = {k: float("inf") for k in runners}
-    peak = 0.0
+    peak = torch_peak = 0.0
     for _ in range(args.repeats):
         peak = max(peak, matmul_peak_flops(repeats=3))
+        if "hf" in runners:
+            torch_peak = max(torch_peak, torch_matmul_peak_flops(repeats=3))
         for k, once in runners.items():
             best[k] = min(best[k], once())
     rate = {k: args.batch * args.new_tokens / v for k, v in best.items()}
@@ -142,11 +161,13 @@ def main():
     print(f"ratio ours/transformers: {ours / hf:.2f}x   batch={args.batch} new_tokens={args.new_tokens}")
     if args.scan:
         print(f"ratio ours/scanned layers: {ours / scan:.2f}x; scanned layers/transformers: {scan / hf:.2f}x")
-    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; ours reaches {roofline:.1%} of it")
+    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; ours reaches {roofline:.1%} of it "
+          f"(torch's own 2048^3 matmul: {torch_peak / 1e9:.1f} GFLOP/s)")
     print(json.dumps({"batch": args.batch, "new_tokens": args.new_tokens,
                       "jax_tokens_per_s": round(ours, 2), "hf_tokens_per_s": round(hf, 2),
                       "ratio": round(ours / hf, 3), "jax_scan_tokens_per_s": round(scan, 2),
-                      "roofline_fraction": round(roofline, 4)}))
+                      "roofline_fraction": round(roofline, 4), "matmul_peak_gflop_s": round(peak / 1e9, 1),
+                      "torch_matmul_peak_gflop_s": round(torch_peak / 1e9, 1)}))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sampler_throughput import matmul_peak_flops  # noqa: E402
+from sampler_throughput import matmul_peak_flops, torch_matmul_peak_flops  # noqa: E402
 
 
 def model_flops_per_step(cfg, batch: int, seq: int) -> float:
@@ -155,7 +155,8 @@ def main():
               "devices": str(jax.devices()[0].device_kind)}
     if args.torch:
         t = torch_step(cfg, args.batch, args.seq, args.steps)
-        record.update(torch_step_s=t, torch_mfu_vs_matmul_peak=flops / t / peak, speed_vs_torch=t / step_s)
+        record.update(torch_step_s=t, torch_mfu_vs_matmul_peak=flops / t / peak, speed_vs_torch=t / step_s,
+                      torch_matmul_peak_gflop_s=torch_matmul_peak_flops() / 1e9)
     if args.attention:
         a_ours, a_torch = attention_times(cfg, args.batch, args.seq)
         record.update(attention_ms=a_ours * 1e3, torch_attention_ms=a_torch * 1e3,
