@@ -385,8 +385,8 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
     Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm", "head"}`. Every
     matrix is stored output-major, `[out, in]`, and applied by `_apply` (contracting its last
     axis): on XLA:CPU a batch-32 decode matmul in that form ran about 1.3x faster than
-    `x @ W` with W `[in, out]` on one host and about 10% slower on another (README "Where a
-    decode step goes"); one fixed layout keeps programs and rounding host-independent. The tied head
+    `x @ W` with W `[in, out]` on one host and 10-30% slower alone (4-8% end to end) on another
+    (README "Where a decode step goes"); one fixed layout keeps programs and rounding host-independent. The tied head
     is the embedding table itself (`[V, D]`, no copy). A layer has `attn_norm`, `mlp_norm`,
     `o` `[D, N*Dh]`, `down` `[D, F]` and either fused `qkv` `[(N+2K)*Dh, D]` and `gate_up`
     `[2F, D]`, or separate `q`/`k`/`v`/`gate`/`up`.
