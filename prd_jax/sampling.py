@@ -107,13 +107,18 @@ class SampleOutput:
     """Generated rows `[R = B*M]`: tokens/logprobs `[R, N]`, padded after each row's end.
 
     `lengths` counts generated tokens including the stop token; `stopped` says whether a
-    stop id ended the row (else it hit `max_new_tokens`).
+    stop id ended the row (else it hit `max_new_tokens`). A remote LM
+    (`prd_jax.backends.remote_lm`) also returns what its server billed per row,
+    `billed_in` (usage.prompt_tokens) and `billed_out` (usage.completion_tokens, hidden
+    reasoning included); None means the budgets count the prompt and `lengths` themselves.
     """
 
     tokens: Array
     logprobs: Array
     lengths: Array
     stopped: Array
+    billed_in: Optional[Array] = None
+    billed_out: Optional[Array] = None
 
 
 def top_k_mask(logits: Array, k: int) -> Array:

@@ -22,7 +22,7 @@ from fakes import CharTokenizer, FirstTokenGrader
 class ScriptedLM:
     """Every call emits exactly max_new tokens; fan-out sample m emits token 100 + m."""
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True, name=""):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="", live=None):
         rows = prompts.shape[0] * scfg.num_samples
         m = jnp.arange(rows) % scfg.num_samples
         tokens = jnp.broadcast_to((100 + m)[:, None], (rows, scfg.max_new_tokens)).astype(jnp.int32)
@@ -30,7 +30,7 @@ class ScriptedLM:
         return SampleOutput(tokens, zeros, jnp.full((rows,), scfg.max_new_tokens, jnp.int32),
                             jnp.zeros((rows,), bool))
 
-    def next_logits(self, prompts, lengths, name=""):
+    def next_logits(self, prompts, lengths, name="", live=None):
         return jnp.zeros((prompts.shape[0], 256))
 
 

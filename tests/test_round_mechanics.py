@@ -19,13 +19,13 @@ from fakes import CharTokenizer, FirstTokenGrader
 class RowLM:
     """Every call emits exactly max_new tokens; output row j (prompt row x sample) repeats 100 + j."""
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True, name=""):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="", live=None):
         rows = prompts.shape[0] * scfg.num_samples
         tokens = jnp.broadcast_to((100 + jnp.arange(rows))[:, None], (rows, scfg.max_new_tokens)).astype(jnp.int32)
         return SampleOutput(tokens, jnp.zeros((rows, scfg.max_new_tokens)),
                             jnp.full((rows,), scfg.max_new_tokens, jnp.int32), jnp.zeros((rows,), bool))
 
-    def next_logits(self, prompts, lengths, name=""):
+    def next_logits(self, prompts, lengths, name="", live=None):
         return jnp.zeros((prompts.shape[0], 256))
 
 

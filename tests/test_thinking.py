@@ -118,7 +118,7 @@ class ScriptLM:
     table: jax.Array  # [S, W]
     lengths: jax.Array  # [S]
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True, name=""):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="", live=None):
         rows = prompts.shape[0] * scfg.num_samples
         pick = jnp.arange(rows) % self.table.shape[0]
         width = scfg.max_new_tokens
@@ -126,7 +126,7 @@ class ScriptLM:
         n = jnp.minimum(self.lengths[pick], width)
         return SampleOutput(table[pick], jnp.zeros((rows, width)), n, jnp.zeros((rows,), bool))
 
-    def next_logits(self, prompts, lengths, name=""):
+    def next_logits(self, prompts, lengths, name="", live=None):
         return jnp.zeros((prompts.shape[0], 512))
 
 

@@ -52,7 +52,7 @@ class JudgeLM:
     answers: tuple = flax.struct.field(pytree_node=False, default=("\\boxed{4}",))
     mode: str = flax.struct.field(pytree_node=False, default="tags")
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True, name=""):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="", live=None):
         m_count = scfg.num_samples
         rows = prompts.shape[0] * m_count
         prompts = jnp.repeat(prompts, m_count, axis=0)
@@ -89,7 +89,7 @@ class JudgeLM:
         return SampleOutput(out[:, :scfg.max_new_tokens], jnp.zeros(out[:, :scfg.max_new_tokens].shape),
                             length, jnp.zeros((rows,), bool))
 
-    def next_logits(self, prompts, lengths, name=""):
+    def next_logits(self, prompts, lengths, name="", live=None):
         """After '<rating_A>' / '<rating_B>' / '<rating>': peak on the candidate's digit; after
         the extra '1' of the two-step "10" read: no '0'."""
         a, b = _markers(prompts)
@@ -150,7 +150,7 @@ def test_rating_distribution_two_token_ten_hand_computed():
 
     @flax.struct.dataclass
     class Fixed:
-        def next_logits(self, prompts, lengths, name=""):
+        def next_logits(self, prompts, lengths, name="", live=None):
             base = jnp.full((VOCAB,), -1e9).at[rt.digit_ids[0]].set(np.log(0.6)).at[rt.digit_ids[1]].set(np.log(0.4))
             zero = jnp.zeros((VOCAB,)).at[rt.zero_id].set(np.log(0.25 * (VOCAB - 1) / 0.75))  # P("0") = 0.25
             return jnp.where((prompts[:, -1] == rt.digit_ids[0])[:, None], zero[None], base[None])
@@ -171,7 +171,7 @@ def test_rating_distribution_single_token_ten():
 
     @flax.struct.dataclass
     class Fixed:
-        def next_logits(self, prompts, lengths, name=""):
+        def next_logits(self, prompts, lengths, name="", live=None):
             return jnp.zeros((prompts.shape[0], VOCAB)).at[:, 250].set(np.log(3.0))
 
     p = np.asarray(rating_distribution(Fixed(), [(jnp.asarray([[5]]), jnp.asarray([1]))], rt, 0))[0]

@@ -110,11 +110,11 @@ class RecordingLM:
     def __init__(self, lm, calls: list):
         self.lm, self.calls = lm, calls
 
-    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="model call"):
+    def generate(self, prompts, lengths, keys, scfg, fanout=True, name="model call", live=None):
         self.calls.append(SamplerCall(name, prompts.shape[0], prompts.shape[1], scfg))
         return self.lm.generate(prompts, lengths, keys, scfg, fanout, name)
 
-    def next_logits(self, prompts, lengths, name="model call"):
+    def next_logits(self, prompts, lengths, name="model call", live=None):
         self.calls.append(SamplerCall(name + ".logits", prompts.shape[0], prompts.shape[1],
                                       SamplingConfig(1, max_rows=self.lm.max_rows)))
         return self.lm.next_logits(prompts, lengths, name)

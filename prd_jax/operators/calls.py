@@ -56,10 +56,12 @@ def per_sample(keys: Array, m: int) -> Array:
 
 @dataclasses.dataclass
 class CallOut:
-    """A batched call's outputs `[R*M, ...]`; unpacks as (tokens, lengths, in_tokens, overflow).
+    """A batched call's outputs `[R*M, ...]`; unpacks as (tokens, lengths, bill_in, overflow).
 
-    `prompts`/`prompt_lengths` (left-padded, repeated per sample) and the sampler's
-    `logprobs` are what RL needs to train on the call (`RoundTrace`)."""
+    `prompts`/`in_tokens` (left-padded prompts and their lengths, repeated per sample) and
+    the sampler's `logprobs` are what RL needs to train on the call (`RoundTrace`).
+    `bill_in` / `bill_out` are the call's budget counts (DESIGN principle 8): the prompt
+    length and the generated length in-graph, what the server billed for a remote LM."""
 
     tokens: Array
     lengths: Array
@@ -67,9 +69,11 @@ class CallOut:
     overflow: Array
     prompts: Array
     logprobs: Array
+    bill_in: Array
+    bill_out: Array
 
     def __iter__(self):
-        return iter((self.tokens, self.lengths, self.in_tokens, self.overflow))
+        return iter((self.tokens, self.lengths, self.bill_in, self.overflow))
 
     def trace(self, b: int, m: int) -> "RoundTrace":
         return RoundTrace(self.prompts.reshape(b, m, -1), self.in_tokens.reshape(b, m),
@@ -92,8 +96,18 @@ def call(lm, segments, keys, ctx, max_new: int, num_samples: int, name: str = "o
     `name` ("pdr.refine", ...) is how a context-overflow refusal names the call."""
     prompts, plen, overflow = assemble(segments, width(segments), ctx.pad_id)
     out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples), name=name)
-    return CallOut(out.tokens, out.lengths, jnp.repeat(plen, num_samples), overflow,
-                   rows(prompts, num_samples), out.logprobs)
+    in_tokens = jnp.repeat(plen, num_samples)
+    bill_in, bill_out = billed(out, in_tokens)
+    return CallOut(out.tokens, out.lengths, in_tokens, overflow, rows(prompts, num_samples), out.logprobs,
+                   bill_in, bill_out)
+
+
+def billed(out, in_tokens: Array) -> tuple:
+    """(in, out) token counts `[R]` a call's budgets record: the server's bill when the LM
+    reports one (`SampleOutput.billed_in/out`), else the prompt and generated lengths."""
+    bill_in = in_tokens if out.billed_in is None else out.billed_in.astype(jnp.int32)
+    bill_out = out.lengths if out.billed_out is None else out.billed_out.astype(jnp.int32)
+    return bill_in, bill_out
 
 
 def rows(x: Array, per: int) -> Array:

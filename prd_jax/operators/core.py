@@ -135,7 +135,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
     out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "long_cot.solve")
     tok, length, in_tok, overflow = out
-    calls = CallLog.from_groups([group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")])
+    calls = CallLog.from_groups([group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")])
     return make_result(tok, length, calls, empty_workspace(b), overflow, [tok[:, None]], [length[:, None]],
                    traces=[out.trace(b, 1)] if ctx.trace else ())
 
@@ -152,7 +152,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     segs = fill(ctx.templates["solve"], b, {"problem": problem})
     out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve")
     tok, length, in_tok, overflow = out
-    groups = [group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "solve")]
+    groups = [group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
     traces = [out.trace(b, 1)]
     refine = ctx.templates["sr_error_analysis" if spec.error_analysis else "sr_refine"]
@@ -162,7 +162,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
         out = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine")
         tok, length, in_tok, overflow = out
-        groups.append(group(in_tok[:, None], length[:, None], jnp.ones((b, 1), bool), "refine"))
+        groups.append(group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
         rounds_t.append(tok[:, None])
         rounds_l.append(length[:, None])
@@ -210,8 +210,9 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     tpl = ctx.templates["distill_summary_votes" if spec.summary_vote_counts else "distill_summary"]
     cands, cut = candidate_list(tpl, cand_t, cand_l, order, jnp.take_along_axis(admitted, order, axis=1), spec, ctx)
     segs = fill(tpl, b, {"problem": problem, "candidates": cands})
-    s_tok, s_len, s_in, s_over = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary")
-    extra = ExtraCalls(r, "summary", s_in[:, None], s_len[:, None], before=True)
+    summary = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary")
+    s_tok, s_len, s_in, s_over = summary
+    extra = ExtraCalls(r, "summary", s_in[:, None], summary.bill_out[:, None], before=True)
     s_tok, s_len = quotable(s_tok, s_len, spec, ctx)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
     out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
@@ -269,7 +270,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     traces = [out.trace(b, sched[0])]
     n = tok.shape[1]
     cand_t, cand_l = tok.reshape(b, sched[0], n), length.reshape(b, sched[0])
-    gen = [(in_tok.reshape(b, sched[0]), cand_l, "draft")]
+    gen = [(in_tok.reshape(b, sched[0]), out.bill_out.reshape(b, sched[0]), "draft")]
     parents: List[Optional[Array]] = [None]
     extra: List[ExtraCalls] = []
     truncs, unparsed = overflow.astype(jnp.int32), jnp.zeros((b,), jnp.int32)
@@ -279,12 +280,12 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     for r in range(2, len(sched) + 1):
         out, parent, calls, workspace, cut, bad = round_fn(
             lm, problems, cand_t, cand_l, fold(key, r), spec, ctx, r, sched[r - 2], sched[r - 1])
-        tok, length, in_tok = out.tokens, out.lengths, out.in_tokens
+        tok, length, in_tok = out.tokens, out.lengths, out.bill_in
         traces.append(out.trace(b, sched[r - 1]))
         extra += calls
         truncs, unparsed = truncs + cut, unparsed + bad
         cand_t, cand_l = tok.reshape(b, sched[r - 1], n), length.reshape(b, sched[r - 1])
-        gen.append((in_tok.reshape(b, sched[r - 1]), cand_l, "refine"))
+        gen.append((in_tok.reshape(b, sched[r - 1]), out.bill_out.reshape(b, sched[r - 1]), "refine"))
         parents.append(parent)
         rounds_t.append(cand_t)
         rounds_l.append(cand_l)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax.operators.assembly import assemble, literal
-from prd_jax.operators.calls import sampling_config, width
+from prd_jax.operators.calls import billed, sampling_config, width
 from prd_jax.prompts import FORCED_PREFIXES
 
 Array = jax.Array
@@ -101,19 +101,21 @@ class Ratings:
     out_tokens: Array
 
 
-def rating_distribution(lm, segments, rt: RatingTokens, pad_id: int) -> Array:
-    """P(rating = 1..10) `[R, 10]` for the token after `segments` (restricted to ratings)."""
+def rating_distribution(lm, segments, rt: RatingTokens, pad_id: int, live=None) -> Array:
+    """P(rating = 1..10) `[R, 10]` for the token after `segments` (restricted to ratings).
+    `live [R]`: the rows whose rating is read (a remote LM sends no request for the rest)."""
     n_rows = segments[0][0].shape[0]
+    live = jnp.ones((n_rows,), bool) if live is None else live
     if rt.ten_id is not None:
         prompts, plen, _ = assemble(segments, width(segments), pad_id)
-        logits = lm.next_logits(prompts, plen, name="judge.rating")
+        logits = lm.next_logits(prompts, plen, name="judge.rating", live=live)
         return jax.nn.softmax(logits[:, jnp.asarray(rt.digit_ids + (rt.ten_id,))], axis=-1)
     one = literal(rt.digit_ids[:1], n_rows)
     doubled = [(jnp.concatenate([t, t]), jnp.concatenate([n, n])) for t, n in segments]
     doubled.append((jnp.concatenate([one[0], one[0]]),
                     jnp.concatenate([jnp.zeros_like(one[1]), one[1]])))
     prompts, plen, _ = assemble(doubled, width(doubled), pad_id)
-    logits = lm.next_logits(prompts, plen, name="judge.rating")
+    logits = lm.next_logits(prompts, plen, name="judge.rating", live=jnp.concatenate([live, live]))
     first = jax.nn.softmax(logits[:n_rows, jnp.asarray(rt.digit_ids)], axis=-1)  # "1".."9"
     zero = jax.nn.softmax(logits[n_rows:], axis=-1)[:, rt.zero_id]  # P("0" | "1")
     return jnp.concatenate([first[:, :1] * (1 - zero)[:, None], first[:, 1:], (first[:, 0] * zero)[:, None]],
@@ -131,21 +133,23 @@ def _value_segment(rt: RatingTokens, rating: Array):
     return jnp.asarray(table)[idx], jnp.asarray(lens)[idx]
 
 
-def rate(lm, segments, keys, ctx, judge, kind: str, name: str = "") -> Ratings:
+def rate(lm, segments, keys, ctx, judge, kind: str, name: str = "", live=None) -> Ratings:
     """One batched judge call on prompt `segments` (rows R); see the module docstring.
-    `name` names the model call (default `judge.<kind>`)."""
+    `name` names the model call (default `judge.<kind>`); `live [R]` marks the rows that are
+    real calls (a tournament batch's unused slots are not; a remote LM skips them)."""
     rt: RatingTokens = ctx.ratings
     tags, prefixes = TAGS[kind], rt.prefixes[kind]
     n_rows = segments[0][0].shape[0]
+    live = jnp.ones((n_rows,), bool) if live is None else live
     prompts, plen, _ = assemble(segments, width(segments), ctx.pad_id)
     if judge.max_new_tokens > 0:
         out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens),
-                          name=name or f"judge.{kind}")
+                          name=name or f"judge.{kind}", live=live)
         reasoning = (out.tokens, out.lengths - out.stopped.astype(jnp.int32))
         parse = functools.partial(ctx.parser, tags=tags)
         parsed = jax.pure_callback(parse, jax.ShapeDtypeStruct((n_rows, len(tags)), jnp.int32),
                                    out.tokens, out.lengths)
-        out_tokens = out.lengths
+        plen, out_tokens = billed(out, plen)
     else:
         reasoning = (jnp.zeros((n_rows, 1), jnp.int32), jnp.zeros((n_rows,), jnp.int32))
         parsed = jnp.zeros((n_rows, len(tags)), jnp.int32)
@@ -157,7 +161,7 @@ def rate(lm, segments, keys, ctx, judge, kind: str, name: str = "") -> Ratings:
         extra = jnp.zeros((n_rows,), jnp.int32)
         for t in range(len(tags)):
             segs.append(literal(prefixes[t], n_rows))
-            probs = rating_distribution(lm, segs, rt, ctx.pad_id)
+            probs = rating_distribution(lm, segs, rt, ctx.pad_id, live & missing[:, t])
             values = jnp.arange(1, 11, dtype=jnp.float32)
             r = jnp.where(missing[:, t], jnp.argmax(probs, axis=1) + 1, parsed[:, t]).astype(jnp.float32)
             ratings.append(r)

@@ -32,11 +32,12 @@ class ModelLM:
     compact_min_rows: int = flax.struct.field(pytree_node=False, default=0)
 
     def generate(self, prompts, lengths, keys, scfg: sampling.SamplingConfig,
-                 fanout: bool = True, name: str = "model call") -> sampling.SampleOutput:
+                 fanout: bool = True, name: str = "model call", live=None) -> sampling.SampleOutput:
         """Left-padded prompts `[B, P]` -> `[B*M, max_new]` samples (prefill-once fan-out).
 
         Refused at trace time, before any compute, when the prompt width plus
-        `max_new_tokens` exceeds the model context (`check_context`)."""
+        `max_new_tokens` exceeds the model context (`check_context`). `live [B]` (rows that
+        are real calls) matters to remote LMs only: in-graph every row is computed."""
         check_context(self.cfg, name, prompts.shape[1], scfg.max_new_tokens)
         if self.compact_min_rows and not scfg.compact_min_rows:
             scfg = dataclasses.replace(scfg, compact_min_rows=self.compact_min_rows)
@@ -44,7 +45,7 @@ class ModelLM:
                                  jnp.int32(scfg.max_new_tokens), scfg, gen_len=scfg.max_new_tokens,
                                  pad_id=self.pad_id, fanout=fanout, mesh=self.mesh)
 
-    def next_logits(self, prompts, lengths, name: str = "model call") -> jax.Array:
+    def next_logits(self, prompts, lengths, name: str = "model call", live=None) -> jax.Array:
         """fp32 next-token logits `[B, V]` after left-padded prompts `[B, P]`, in chunks of at
         most `max_rows` rows (the forced-rating read of V1 judges runs over every judge row)."""
         check_context(self.cfg, name, prompts.shape[1], 0)

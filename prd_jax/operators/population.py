@@ -28,8 +28,10 @@ Array = jax.Array
 def _drafts(lm, problems, key, spec, ctx, n: int):
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    tok, length, in_tok, overflow = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample")
-    return tok.reshape(b, n, -1), length.reshape(b, n), in_tok.reshape(b, n), overflow.astype(jnp.int32)
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample")
+    tok, length, in_tok, overflow = out
+    return (tok.reshape(b, n, -1), length.reshape(b, n), in_tok.reshape(b, n), out.bill_out.reshape(b, n),
+            overflow.astype(jnp.int32))
 
 
 def _pick(cand_t, cand_l, index):
@@ -41,11 +43,11 @@ def _pick(cand_t, cand_l, index):
 def best_of_n(lm, problems: Problems, key: Array, spec: BestOfN, ctx: Context) -> OperatorResult:
     """Draft `spec.n` candidates and return the one `spec.selector` ranks first."""
     b = problems.tokens.shape[0]
-    cand_t, cand_l, in_tok, truncs = _drafts(lm, problems, key, spec, ctx, spec.n)
+    cand_t, cand_l, in_tok, out_tok, truncs = _drafts(lm, problems, key, spec, ctx, spec.n)
     sel = verify.select(spec.selector, lm, problems, cand_t, cand_l, fold(key, 2),
                         spec.judge, ctx, spec)
     best = jnp.argmax(sel.scores, axis=1)
-    calls = path_calls([(in_tok, cand_l, "draft")], [None], sel.extra(1), best)
+    calls = path_calls([(in_tok, out_tok, "draft")], [None], sel.extra(1), best)
     final_t, final_l = _pick(cand_t, cand_l, best)
     return make_result(final_t, final_l, calls, empty_workspace(b), truncs, [cand_t], [cand_l], sel.unparsed)
 
@@ -61,8 +63,8 @@ def _draw_subsets(key, admitted, n: int, k: int):
 def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> OperatorResult:
     """Recursive self-aggregation over `spec.loops` loops, with optional verify-and-prune."""
     b, n, k = problems.tokens.shape[0], spec.population, spec.subset
-    cand_t, cand_l, in_tok, truncs = _drafts(lm, problems, key, spec, ctx, n)
-    gen, parents, extra = [(in_tok, cand_l, "draft")], [None], []
+    cand_t, cand_l, in_tok, out_tok, truncs = _drafts(lm, problems, key, spec, ctx, n)
+    gen, parents, extra = [(in_tok, out_tok, "draft")], [None], []
     unparsed = jnp.zeros((b,), jnp.int32)
     rounds_t, rounds_l = [cand_t], [cand_l]
     tpl = ctx.templates["rsa_aggregate"]
@@ -80,10 +82,11 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
                                     adm.reshape(b * n, k), spec, ctx)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
-        tok, length, in_t, over = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate")
+        out = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate")
+        tok, length, in_t, over = out
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)
         cand_t, cand_l = tok.reshape(b, n, -1), length.reshape(b, n)
-        gen.append((in_t.reshape(b, n), cand_l, "aggregate"))
+        gen.append((in_t.reshape(b, n), out.bill_out.reshape(b, n), "aggregate"))
         parents.append(idx[:, :, 0])
         rounds_t.append(cand_t)
         rounds_l.append(cand_l)

@@ -173,7 +173,8 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
         segs = fill(tpl, b * w, {"problem": prob, "candidate_a": [side(pairs[..., 0], valid)],
                                  "candidate_b": [side(pairs[..., 1], valid)]})
         r = judges.rate(lm, segs, per_sample(jax.vmap(jax.random.fold_in, (0, None))(key, t), w),
-                        ctx, judge, "pairwise", name=f"judge.pairwise[{budget} calls]")  # traced once
+                        ctx, judge, "pairwise", name=f"judge.pairwise[{budget} calls]",
+                        live=valid.reshape(-1))  # traced once
         hp, hr, hc = hp.at[:, t].set(pairs), hr.at[:, t].set(r.rating.reshape(b, w, 2)), hc.at[:, t].set(count)
         log_in = log_in.at[:, t].set(r.in_tokens.reshape(b, w) * valid)
         log_out = log_out.at[:, t].set(r.out_tokens.reshape(b, w) * valid)
