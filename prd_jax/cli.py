@@ -5,6 +5,7 @@
     prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny [--config.steps=100]
     prd-jax inspect --workdir /tmp/sft_tiny [--json]
     prd-jax compile --config configs/rl/qwen3_8b_pdr.py:v5p-128 [--topology v5p:4x4x4 | h200:8] [--json]
+    prd-jax serve --model smollm2-135m [--path DIR | --workdir W] [--host 127.0.0.1] [--port 8000]
     prd-jax demo
 
 Commands are quiet: library INFO logs (absl / orbax / jax) are hidden, warnings, our own
@@ -24,6 +25,7 @@ import jax
 
 # Module level, TensorFlow-free (tested): the data layer loads TF lazily, inside its functions.
 from prd_jax.aot import report
+from prd_jax.backends.config import with_backend
 from prd_jax.checkpoint import describe
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.demo import CONFIGS, run_demo
@@ -163,6 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--whole-operators", action="store_true",
                     help="eval configs: also compile each operator's whole program (slow; its calls are always compiled)")
     co.add_argument("--json", action="store_true", help="last line: one JSON object")
+    sv = add("serve", help="serve a model or checkpoint behind the OpenAI API (/v1/completions, /v1/chat/completions)")
+    sv.add_argument("--model", default="smollm2-135m", help="named model (see prd_jax.model.NAMED_CONFIGS)")
+    sv.add_argument("--path", default=None, help="local .gguf file or HF directory")
+    sv.add_argument("--workdir", default=None, help="a training workdir: serve its latest checkpoint")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's)")
+    sv.add_argument("--max-batch-rows", type=int, default=64, help="most rows (prompts x n) per sampler call")
+    sv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a request waits for company")
+    sv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)
     ins.add_argument("--json", action="store_true", help="print one JSON object (`step` = `latest_step`)")
@@ -195,7 +207,7 @@ def _run(args: argparse.Namespace, rest: list) -> None:
         config = apply_overrides(config, rest)
         run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
-        config = apply_overrides(load_config(args.config), rest)
+        config = apply_overrides(with_backend(load_config(args.config)), rest)
         evaluate(config, args.workdir)
     elif args.command == "train":
         config = apply_overrides(load_config(args.config), rest)
@@ -204,6 +216,10 @@ def _run(args: argparse.Namespace, rest: list) -> None:
         run_inspect(args)
     elif args.command == "compile":
         sys.exit(run_compile(args, rest))
+    elif args.command == "serve":
+        from prd_jax.serve.app import serve
+
+        serve(args)
 
 
 def run_compile(args: argparse.Namespace, rest: list) -> int:

@@ -30,6 +30,8 @@ import numpy as np
 from tqdm import tqdm
 
 from prd_jax import fileio
+from prd_jax.backends import for_eval
+from prd_jax.backends.config import BackendConfig
 from prd_jax.config_io import save_config
 from prd_jax.data.jsonl import read_problems
 from prd_jax.host import is_main, on_main, to_host
@@ -83,6 +85,9 @@ def check_settings(config, workdir: str) -> None:
     key, so a rerun with, say, another temperature must not reuse them. Raises naming the
     fields that differ (on every process; process 0 reads or writes the file)."""
     now = {k: config.get(k) for k in RUN_SETTINGS}
+    backend = BackendConfig.from_config(config.get("backend"))
+    if backend.remote:  # in-graph rows keep their old settings.json (no "backend" key)
+        now["backend"] = backend.settings()
     path = os.path.join(workdir, "settings.json")
 
     def read_or_write():
@@ -93,7 +98,7 @@ def check_settings(config, workdir: str) -> None:
 
     before = on_main(read_or_write)
     if before is not None:
-        changed = {k: (before.get(k), now[k]) for k in RUN_SETTINGS if before.get(k) != now[k]}
+        changed = {k: (before.get(k), now.get(k)) for k in set(now) | set(before) if before.get(k) != now.get(k)}
         if changed:
             raise ValueError(f"workdir {workdir} holds results made with other settings "
                              f"{ {k: v[0] for k, v in changed.items()} }; this config has "
@@ -101,10 +106,20 @@ def check_settings(config, workdir: str) -> None:
 
 
 def read_done(path: str) -> set:
-    """(problem_id, operator, sample) keys already in results.jsonl (a torn last line is ignored)."""
+    """(problem_id, operator, sample) keys already in results.jsonl (a torn last line is
+    ignored). A row whose remote request failed is not done: a rerun tries it again."""
     if not fileio.exists(path):
         return set()
-    return {(row["problem_id"], row["operator"], row["sample"]) for row in fileio.read_jsonl(path)}
+    return {(row["problem_id"], row["operator"], row["sample"]) for row in fileio.read_jsonl(path)
+            if not row.get("failed")}
+
+
+def latest_rows(rows: Iterable[dict]) -> list:
+    """One row per (problem, operator, sample): the last written (a retried row replaces its failure)."""
+    last = {}
+    for row in rows:
+        last[(row.get("problem_id"), row.get("operator"), row.get("sample"))] = row
+    return list(last.values())
 
 
 BUDGETS = ("b_seq", "b_total", "b_seq_io", "b_total_io")
@@ -123,30 +138,39 @@ def row_budgets(row: dict) -> dict:
 
 
 def summarize(rows: Iterable[dict]) -> list:
-    """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips."""
+    """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips; rows
+    whose remote request failed are counted (`failed`), not scored."""
     by_op = collections.defaultdict(lambda: collections.defaultdict(list))
     skipped = collections.Counter()
-    for row in rows:
+    failed = collections.defaultdict(list)
+    for row in latest_rows(rows):
         if row.get("skipped"):
             skipped[row["operator"]] += 1
             continue
+        if row.get("failed"):
+            failed[row["operator"]].append(row)
+            continue
         by_op[row["operator"]][row["problem_id"]].append(row)
     table = []
-    for op, problems in by_op.items():
+    for op in list(by_op) + [o for o in failed if o not in by_op]:
+        problems = by_op.get(op, {})
         per_problem = [np.mean([r["correct"] for r in rs]) for rs in problems.values()]
         all_rows = [r for rs in problems.values() for r in rs]
-        k = max(len(rs) for rs in problems.values())
+        k = max([len(rs) for rs in problems.values()] or [0])
         budgets = [row_budgets(r) for r in all_rows]
+        mean = lambda xs: float(np.mean(xs)) if len(xs) else float("nan")  # an operator whose rows all failed
         table.append({
             "operator": op, "problems": len(problems), "k": k,
-            "mean_at_k": float(np.mean(per_problem)),
-            "pass_at_k": float(np.mean([any(r["correct"] for r in rs) for rs in problems.values()])),
-            **{b: float(np.mean([r[b] for r in budgets])) for b in BUDGETS},
+            "mean_at_k": mean(per_problem),
+            "pass_at_k": mean([any(r["correct"] for r in rs) for rs in problems.values()]),
+            **{b: mean([r[b] for r in budgets]) for b in BUDGETS},
             "parse_failures": int(sum(not r["parsed"] for r in all_rows)),
             "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
             "judge_unparsed": int(sum(r.get("judge_unparsed", 0) for r in all_rows)),
             "skipped": skipped[op],
         })
+        if any("remote" in r for r in all_rows + failed[op]):
+            table[-1]["remote"] = for_eval.operator_counts(all_rows + failed[op])
     return table
 
 
@@ -155,11 +179,17 @@ def markdown_table(table: list) -> str:
     head = ("| operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total | B_seq io | B_total io "
             "| no answer | truncations | judge unparsed | skipped |")
     lines = [head, "|" + "---|" * 13]
+    remote = [t for t in table if "remote" in t]
     for t in table:
         lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
                      f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | {t['b_seq_io']:.0f} | "
                      f"{t['b_total_io']:.0f} | {t['parse_failures']} | {t['truncations']} | "
                      f"{t['judge_unparsed']} | {t['skipped']} |")
+    if remote:  # bad answers of a remote backend (`backends.for_eval.SUMMARY_COUNTS`)
+        names = for_eval.SUMMARY_COUNTS
+        lines += ["", "| operator | " + " | ".join(f"requests {n}" for n in names) + " |",
+                  "|---|" + "---|" * len(names)]
+        lines += [f"| {t['operator']} | " + " | ".join(str(t["remote"][n]) for n in names) + " |" for t in remote]
     return "\n".join(lines)
 
 
@@ -246,12 +276,16 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                              data_dir=config.get("data_dir") or None)
     elif rows is None:
         rows = read_problems(config.dataset, config.get("data_dir") or None, limit=config.num_problems)
-    if model is None:
+    backend = BackendConfig.from_config(config.get("backend"))
+    if backend.remote:
+        lm, tok = for_eval.eval_lm(config, backend, workdir, progress and main)
+    elif model is None:
         # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
         mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
         model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))
-    tok = model.tokenizer
-    lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
+    if not backend.remote:
+        tok = model.tokenizer
+        lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
     sampling = eval_sampling(config, tok.stop_ids)
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
@@ -284,7 +318,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         op_key = jax.random.fold_in(jax.random.key(config.seed), op_index)
                         keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
                         keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
+                        if backend.remote:
+                            lm.host.begin(batch)
                         res = to_host(run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx))
+                        remote = lm.host.take_stats() if backend.remote else {}
                         graded = [(i, j) for i, j in enumerate(kept) if j in todo]
                         texts = [tok.decode(np.asarray(res.final_tokens[i, :int(res.final_lengths[i])]).tolist())
                                  for i, _ in graded]
@@ -299,9 +336,12 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 **{b: int(getattr(res, b)[i]) for b in BUDGETS},
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),
-                                "calls": _calls_rows(res.calls, i), "completion": text}) + "\n")
+                                "calls": _calls_rows(res.calls, i), "completion": text,
+                                **for_eval.row_fields(remote.get(i, {}) if backend.remote else None)}) + "\n")
                     out.flush()
     bar.close()
+    if backend.remote:
+        lm.host.client.close()
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)

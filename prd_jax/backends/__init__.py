@@ -11,12 +11,12 @@ from prd_jax.backends.client import Client
 from prd_jax.backends.config import BackendConfig, default_backend, with_backend
 from prd_jax.backends.remote_lm import ChatWireTokenizer, RemoteHost, RemoteLM
 
-__all__ = ["BackendConfig", "ChatWireTokenizer", "RemoteLM", "default_backend", "remote_lm", "with_backend"]
+__all__ = ["BackendConfig", "ChatWireTokenizer", "RemoteLM", "default_backend", "make_remote_lm", "with_backend"]
 
 CACHE_FILE = "requests.jsonl"
 
 
-def remote_lm(backend: BackendConfig, tokenizer, workdir: Optional[str] = None, progress: bool = True,
+def make_remote_lm(backend: BackendConfig, tokenizer, workdir: Optional[str] = None, progress: bool = True,
               chat_template_kwargs: Optional[dict] = None):
     """(RemoteLM, the tokenizer operator contexts compile their templates with).
 

@@ -1,0 +1,1 @@
+"""`prd-jax serve`: OpenAI-compatible serving of our checkpoints (`app`, `engine`, `protocol`)."""
