@@ -25,7 +25,7 @@ import jax
 
 # Module level, TensorFlow-free (tested): the data layer loads TF lazily, inside its functions.
 from prd_jax.aot import report
-from prd_jax.backends.config import with_backend
+from prd_jax.backends.config import BackendConfig, with_backend
 from prd_jax.checkpoint import describe
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.demo import CONFIGS, run_demo
@@ -224,7 +224,24 @@ def _run(args: argparse.Namespace, rest: list) -> None:
 
 def run_compile(args: argparse.Namespace, rest: list) -> int:
     """Compile the config's programs for its target, print the table (and JSON); 0 if all fit."""
-    config = apply_overrides(load_config(args.config), rest)
+    config = load_config(args.config)
+    config = apply_overrides(with_backend(config) if config.get("operators") is not None else config, rest)
+    if config.get("operators") is not None:
+        backend = BackendConfig.from_config(config.backend)
+        if backend.remote:  # an API run: requests, tokens and cost; there is nothing to compile
+            if not args.estimate:
+                raise ValueError("config.backend.kind='openai': nothing runs on a pod; use --estimate")
+            from prd_jax.backends import estimate, for_eval
+            from prd_jax.evaluate import _context, eval_sampling, eval_task
+
+            _, tok = for_eval.eval_lm(config, backend.replace_key_env(), None, progress=False)
+            task = eval_task(config)
+            templates = config.get("templates") or task.templates
+            sampling = eval_sampling(config, tok.stop_ids)
+            rows = estimate.remote_estimates(config, tok, backend, lambda s: _context(
+                tok, sampling, s.kappa, s.k_max, templates, task))
+            print(estimate.remote_table(rows, backend))
+            return 0
     target = report.target_of(config, args.topology, args.devices)
     if target.chip.platform == "gpu":
         jax.config.update("jax_num_cpu_devices", max(target.devices, 1))

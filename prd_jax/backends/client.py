@@ -71,7 +71,8 @@ class Client:
     """Batches of requests to one endpoint, run on a private event loop thread."""
 
     def __init__(self, backend: BackendConfig, cache: Optional[RequestCache] = None, progress: bool = True):
-        self.backend, self.cache = backend, cache or RequestCache(None)
+        self.backend = backend
+        self.cache = cache if cache is not None else RequestCache(None)
         self._key = backend.api_key()  # refused here, before any request, when unset
         self.sent = 0  # HTTP requests made (retries included)
         self.tokens = 0

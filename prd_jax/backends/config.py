@@ -144,6 +144,10 @@ class BackendConfig:
                              "not set; export it, or set api_key_env='' for a server that takes no key")
         return key
 
+    def replace_key_env(self) -> "BackendConfig":
+        """A copy that needs no key (estimates send nothing)."""
+        return dataclasses.replace(self, api_key_env="")
+
     def settings(self) -> dict:
         """The fields that change results (a workdir's rows resume only under the same ones)."""
         return {k: getattr(self, k) for k in ("kind", "base_url", "model", "api", "token_param",

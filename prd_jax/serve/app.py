@@ -49,7 +49,7 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
     async def health(_):
         if engine.error is not None:
             return JSONResponse({"status": "error", "error": str(engine.error)}, status_code=500)
-        return JSONResponse({"status": "ok" if engine.ready.is_set() else "loading"},
+        return JSONResponse({"status": "ok" if engine.ready.is_set() else "loading", "sampler_calls": engine.calls},
                             status_code=200 if engine.ready.is_set() else 503)
 
     async def models(_):

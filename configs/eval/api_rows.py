@@ -1,0 +1,140 @@
+"""Shared builder of the PDR paper's API rows (arXiv 2510.01123 §4: Fig. 3, Table 1, Table 2,
+Fig. 6), for the providers the paper's inference study calls (o3-mini, gemini-2.5-flash).
+
+Not a config of its own: the eval configs `configs/eval/o3mini_*.py` and
+`configs/eval/gemini25flash_*.py` are a few lines each around `config(provider, row, arg,
+path)`. `get_config` here raises, and `ARGS = ()` documents no arg, so the config tests
+(which enumerate each file's ARGS) find no case to load for this file.
+
+Command to run (each config built here; the arg picks the AIME year, default aime2024):
+    export OPENAI_API_KEY=...    # o3mini_*.py       (GEMINI_API_KEY for gemini25flash_*.py)
+    prd-jax eval --config configs/eval/o3mini_fig3_matched_bseq.py:aime2024 --workdir runs/o3mini_fig3_2024
+
+What every row shares, as the paper sets it: mean@16 on the 30 AIME problems of the chosen
+year, sampling T = 1.0, top-p 1.0 (o3-mini takes no temperature / top-p:
+`send_sampling=False` leaves them out), PDR with k = 2. Ours, not the paper's:
+- the per-call budgets (8k for Fig. 3, Table 1 and Fig. 6; 16k for Table 2), the kappa of
+  2048 summary tokens, and quoting at most 4096 tokens of a candidate (head 1024 + tail);
+- the model ranker of shared / per-sample top-k: `self_pointwise` with up to 4096 tokens per
+  rating call. Both providers bill hidden reasoning inside a call's budget, so a small
+  rating budget would often end before any visible rating is written;
+- Gemini's budgets stop at 24,576 tokens: `thinking_budget=-1` sends each call's own budget
+  as `thinking_config.thinking_budget`, which Google's launch notes for gemini-2.5-flash cap
+  at 24k tokens, so Gemini's Long-CoT grid has no 32k point.
+
+Tokens: o3-mini's `max_completion_tokens` and Gemini's budget both cover hidden reasoning;
+a call that reasons past its budget returns no text. summary.md counts such requests per
+operator ("requests empty" / "requests length"); B_seq / B_total are the tokens the server
+billed (`usage`), hidden reasoning included.
+
+Tokenizer: chat mode still quotes answers by token count, with a local tokenizer. Neither
+provider's tokenizer exists locally, so `backend.tokenizer` defaults to "" and the SmolLM2
+tokenizer that ships with the package is used (through `model`, see `config`). For counts
+closer to o3-mini's, pass an o200k-based tokenizer directory, e.g. GPT-OSS's HF dir:
+    --config.backend.tokenizer=/path/to/a/tokenizer_dir
+Billing never depends on it: budgets come from the server's usage.
+"""
+
+import os
+
+import ml_collections
+
+ARGS = ()  # a helper documents no arg: there is nothing to load here
+YEARS = ("aime2024", "aime2025")
+
+# Per provider: `config.backend` (only the fields that differ from `backends.config.default_backend`)
+# and the largest per-call budget the provider takes.
+PROVIDERS = {
+    "o3mini": dict(
+        backend=dict(kind="openai", base_url="https://api.openai.com/v1", model="o3-mini", api="chat",
+                     api_key_env="OPENAI_API_KEY", token_param="max_completion_tokens", send_sampling=False,
+                     reasoning_effort="", tokenizer=""),  # "": the paper's effort is not stated (API default)
+        max_call=32768),
+    "gemini25flash": dict(
+        backend=dict(kind="openai", base_url="https://generativelanguage.googleapis.com/v1beta/openai/",
+                     model="gemini-2.5-flash", api="chat", api_key_env="GEMINI_API_KEY", thinking_budget=-1,
+                     tokenizer=""),
+        max_call=24576),  # thinking_budget ceiling of gemini-2.5-flash
+}
+
+QUOTE = dict(candidate_max_tokens=4096, truncation_head=1024)
+RANKER = dict(selector="self_pointwise", judge=dict(domain="math", max_new_tokens=4096))
+KAPPA = 2048
+
+
+def fig3(max_call: int) -> list:
+    """Fig. 3: Long-CoT at 8k..max_call brackets the B_seq of SR (2 refinements) and PDR
+    ((8, 4, 1) / (16, 8, 4, 1), shared top-2 ranked by the model; (8, 4, 1) global summary),
+    all at 8k per call; accuracy is read off the measured B_seq."""
+    ops = [dict(type="long_cot", max_new_tokens=b) for b in (8192, 16384, 24576, 32768) if b <= max_call]
+    ops.append(dict(type="sr", rounds=2, max_new_tokens=8192, **QUOTE))
+    ops += [dict(type="pdr", schedule=s, distill="shared_topk", k=2, max_new_tokens=8192, **QUOTE, **RANKER)
+            for s in ((8, 4, 1), (16, 8, 4, 1))]
+    ops.append(dict(type="pdr", schedule=(8, 4, 1), distill="global_summary", kappa=KAPPA, max_new_tokens=8192,
+                    **QUOTE))
+    return ops
+
+
+def table1(max_call: int) -> list:
+    """Table 1: SR (2 refinement rounds, 8k per call) without and with error analysis."""
+    return [dict(type="sr", rounds=2, error_analysis=ea, max_new_tokens=8192, **QUOTE) for ea in (False, True)]
+
+
+def table2(max_call: int) -> list:
+    """Table 2: PDR (8, 4, 1), k = 2, 16k per call, with each distill variant: global summary,
+    shared top-k and per-sample top-k (ranked by the model) and random-k."""
+    common = dict(type="pdr", schedule=(8, 4, 1), k=2, max_new_tokens=min(16384, max_call), **QUOTE)
+    return [dict(common, distill="global_summary", kappa=KAPPA),
+            dict(common, distill="shared_topk", **RANKER),
+            dict(common, distill="per_sample_topk", **RANKER),
+            dict(common, distill="random_k", selector="random")]
+
+
+def fig6(max_call: int) -> list:
+    """Fig. 6: PDR (8, 4, 1), 8k per call, whose top-2 workspace admits only drafts the grader
+    marks correct / incorrect (an oracle with the gold answer), against random-k."""
+    common = dict(type="pdr", schedule=(8, 4, 1), k=2, max_new_tokens=8192, **QUOTE)
+    return [dict(common, distill="shared_topk", selector="oracle_correct"),
+            dict(common, distill="shared_topk", selector="oracle_incorrect"),
+            dict(common, distill="random_k", selector="random")]
+
+
+ROWS = {"fig3": fig3, "table1": table1, "table2": table2, "fig6": fig6}
+
+
+def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict:
+    """The eval config of `row` through `provider` on AIME `arg` (None: aime2024). `path` is
+    the calling config file, named in the error for an unknown arg."""
+    if provider not in PROVIDERS:
+        raise ValueError(f"configs/eval/api_rows.py: provider {provider!r} unknown; allowed: {sorted(PROVIDERS)}")
+    if row not in ROWS:
+        raise ValueError(f"configs/eval/api_rows.py: row {row!r} unknown; allowed: {sorted(ROWS)}")
+    year = "aime2024" if arg is None else arg
+    if year not in YEARS:
+        raise ValueError(f"configs/eval/{os.path.basename(path)}: arg {arg!r} unknown; "
+                         f"allowed: {YEARS} (none given: aime2024)")
+    p = PROVIDERS[provider]
+    c = ml_collections.ConfigDict()
+    # No local weights are loaded with a remote backend. `model` only names the tokenizer
+    # fallback: with backend.tokenizer empty, SmolLM2's tokenizer (shipped with the package)
+    # turns answer text into ids for quoting; budgets and billing come from the API's usage.
+    c.model = "smollm2-135m"
+    c.model_path = ""
+    c.dataset = year
+    c.data_dir = ""  # default: $PRD_DATA_DIR, else ../shared/data
+    c.num_problems = 30
+    c.k_samples = 16  # mean@16 (paper); --config.k_samples=4 for a cheaper first pass
+    c.batch_size = 10  # problems per operator run; their requests go out together (max_concurrency)
+    c.seed = 0
+    c.temperature = 1.0
+    c.top_p = 1.0
+    c.top_k = 0
+    c.max_problem_tokens = 1024
+    c.backend = ml_collections.ConfigDict(dict(p["backend"]))
+    c.operators = ROWS[row](p["max_call"])
+    return c
+
+
+def get_config(arg=None):
+    raise ValueError("configs/eval/api_rows.py is a helper, not a config: run one of configs/eval/o3mini_*.py "
+                     "or configs/eval/gemini25flash_*.py (fig3_matched_bseq, table1_sr, table2_distill, fig6_oracle)")

@@ -1,0 +1,55 @@
+"""PDR paper Fig. 3 (arXiv 2510.01123 §4.1) with gemini-2.5-flash through Gemini's
+OpenAI-compatible API: Long-CoT, SR and PDR at matched sequential budget B_seq on AIME 2024
+or AIME 2025.
+
+Rows (`api_rows.fig3`): Long-CoT at 8k / 16k / 24k completion tokens; SR with 2
+refinement rounds; PDR (8, 4, 1) and (16, 8, 4, 1) with a shared top-2 ranked by the model
+itself (`self_pointwise`, up to 4k tokens per rating call), and PDR (8, 4, 1) with a global
+summary (kappa 2048); 8k tokens per SR / PDR call. B_seq counts the tokens billed on the
+accepted path (§3.1), so accuracy is read off each row's measured B_seq, with Long-CoT
+bracketing it. mean@16 over the year's 30 problems, T = 1.0, top-p 1.0 (paper). The
+budget grid, the ranker's budget and kappa are ours.
+
+Backend: Gemini's OpenAI-compatible endpoint
+https://generativelanguage.googleapis.com/v1beta/openai/, model gemini-2.5-flash, chat API;
+thinking_budget=-1 sends each call's own token budget as thinking_config.thinking_budget
+(capped at 24k on this model, so no per-call budget here exceeds 24,576). Sampling
+T = 1.0, top-p 1.0 is sent. The key is read from the environment variable GEMINI_API_KEY.
+
+Command to run (the arg picks the year: aime2024 or aime2025; none given: aime2024):
+    export GEMINI_API_KEY=...
+    prd-jax eval --config configs/eval/gemini25flash_fig3_matched_bseq.py:aime2024 \
+        --workdir runs/gemini25flash_fig3_matched_bseq_aime2024
+    prd-jax eval --config configs/eval/gemini25flash_fig3_matched_bseq.py:aime2025 \
+        --workdir runs/gemini25flash_fig3_matched_bseq_aime2025
+A cheaper first pass: --config.k_samples=4. A rerun in the same workdir resumes, and retries
+rows whose requests failed; summary.md also counts each operator's failed, empty and
+length-capped requests.
+
+Tokenizer: Gemini's tokenizer has no local copy, so backend.tokenizer defaults to "" and the
+SmolLM2 tokenizer (shipped with the package) turns answer text into ids for quoting; any
+local one can be passed instead:
+    --config.backend.tokenizer=/path/to/a/tokenizer_dir
+Budgets and B_seq / B_total come from the server's usage either way.
+
+Expected (paper): PDR above Long-CoT at matched B_seq. The abstract puts PDR's largest gains
+over single-pass baselines at matched sequential budget at +11% on AIME 2024 and +9% on
+AIME 2025 (that sentence names no model). A third-party summary of Fig. 3
+(samot-gc.github.io/summaries-with-sam, "Rethinking Thinking") reads gemini-2.5-flash's PDR
+as slightly above Long-CoT at 24k with a wider gap at 16k, and SR below Long-CoT; it gives
+no figure for Gemini, and the paper gives no figure we could verify. Ours: not yet run.
+"""
+
+import importlib.util
+import os
+
+_SPEC = importlib.util.spec_from_file_location(
+    "prd_eval_api_rows", os.path.join(os.path.dirname(os.path.abspath(__file__)), "api_rows.py"))
+api_rows = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(api_rows)
+
+ARGS = api_rows.YEARS  # the AIME year; none given: aime2024
+
+
+def get_config(arg=None):
+    return api_rows.config("gemini25flash", "fig3", arg, __file__)

@@ -1,0 +1,184 @@
+"""`prd-jax serve` (SmolLM2-135M on loopback) and the operators run through it.
+
+Conformance: every listed operator run with `backend.api=completions` against the server
+gives the rows the in-graph operator gives (greedy: same final text, correct, the four
+budgets, the number of calls). Chat mode: each row's budgets are the usage the server
+billed. The official `openai` client works against the server."""
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from prd_jax.backends.config import with_backend
+from prd_jax.config_io import load_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GSM8K = os.path.join(ROOT, "configs", "eval", "smollm2_gsm8k.py")
+NAME = "smollm2-135m"
+JUDGE = dict(max_new_tokens=8, budget_multiple=1)
+SMALL = dict(max_new_tokens=12, candidate_max_tokens=12, truncation_head=4)
+OPERATORS = [
+    dict(type="long_cot", max_new_tokens=16),
+    dict(type="sr", rounds=1, **SMALL),
+    dict(type="pdr", schedule=(2, 1), distill="shared_topk", k=2, selector="self_pointwise", judge=JUDGE, **SMALL),
+    dict(type="pdr", schedule=(2, 1), distill="global_summary", k=2, kappa=12, **SMALL),
+    dict(type="best_of_n", n=4, selector="pairwise_v1", judge=JUDGE, **SMALL),
+    dict(type="rsa", population=2, subset=2, loops=1, **SMALL),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", JAX_DEFAULT_MATMUL_PRECISION="highest")
+    proc = subprocess.Popen([sys.executable, "-m", "prd_jax.cli", "serve", "--model", NAME, "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.5)
+    yield url
+    proc.send_signal(signal.SIGTERM)  # graceful: uvicorn drains and the process exits 0
+    assert proc.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+def test_models_health_and_bad_requests_name_the_field(server):
+    assert httpx.get(server + "/v1/models").json()["data"][0]["id"] == NAME
+    cases = [({"model": "gpt-4", "prompt": "hi"}, 404, "model"),
+             ({"model": NAME, "prompt": "hi", "temperature": 3}, 400, "temperature"),
+             ({"model": NAME, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+             ({"model": NAME, "prompt": [1, 2, 10 ** 9]}, 400, "prompt"),
+             ({"model": NAME, "prompt": "hi", "stream": True}, 400, "stream"),
+             ({"model": NAME, "prompt": "hi", "max_tokens": 9000}, 400, "max_tokens")]
+    for body, status, field in cases:
+        r = httpx.post(server + "/v1/completions", json=body)
+        assert r.status_code == status and r.json()["error"]["param"] == field, (body, r.text)
+    assert "8192" in httpx.post(server + "/v1/completions", json=cases[-1][0]).json()["error"]["message"]
+    r = httpx.post(server + "/v1/completions", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    assert httpx.get(server + "/health").status_code == 200  # still up
+
+
+@pytest.mark.slow
+def test_concurrent_requests_share_sampler_calls_and_usage_is_exact(server):
+    from prd_jax.model.loader import smollm2_gguf_path
+    from prd_jax.model.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(smollm2_gguf_path())
+    prompts = [f"Question {i}: what is {i} + {i}?" for i in range(8)]
+    before = httpx.get(server + "/health").json()["sampler_calls"]
+
+    def one(p):
+        return httpx.post(server + "/v1/completions", timeout=120, json={
+            "model": NAME, "prompt": p, "max_tokens": 8 + len(p) % 5, "temperature": 0, "return_token_ids": True}).json()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(one, prompts))
+    calls = httpx.get(server + "/health").json()["sampler_calls"] - before
+    assert calls < len(prompts)  # batched, not one request at a time
+    for p, out in zip(prompts, outs):
+        choice = out["choices"][0]
+        assert out["usage"]["prompt_tokens"] == len(tok.encode(p, add_bos=None))
+        assert out["usage"]["completion_tokens"] == len(choice["token_ids"]) <= 8 + len(p) % 5
+        assert choice["finish_reason"] == ("stop" if choice["token_ids"][-1] in tok.stop_ids else "length")
+    # Alone or in a crowd, a greedy row decodes the same tokens (its own seed and prompt only).
+    assert one(prompts[3])["choices"][0]["token_ids"] == outs[3]["choices"][0]["token_ids"]
+
+
+@pytest.mark.slow
+def test_official_openai_client(server):
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    out = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Name a colour."}],
+                                         n=2, max_tokens=10, temperature=1.0, seed=3)
+    assert len(out.choices) == 2 and all(c.message.content for c in out.choices)
+    assert out.usage.completion_tokens <= 20 and out.usage.prompt_tokens > 5
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=NAME, prompt="word " * 8200, max_tokens=16)
+    assert "8192" in str(e.value)
+
+
+def _config(server, api: str, problems: int = 2, operators=OPERATORS):
+    c = with_backend(load_config(GSM8K))
+    c.num_problems, c.batch_size, c.temperature = problems, problems, 0.0
+    c.operators = operators
+    if api:
+        c.backend.update(dict(kind="openai", base_url=server + "/v1", model=NAME, api=api, api_key_env="",
+                              chat_prefill=True, max_concurrency=8))
+    return c
+
+
+def _rows(workdir) -> dict:
+    with open(os.path.join(workdir, "results.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return {(r["problem_id"], r["operator"]): r for r in rows}
+
+
+@pytest.mark.slow
+def test_token_mode_equals_in_graph_operator_for_operator(server, tmp_path):
+    from prd_jax.evaluate import evaluate
+    from prd_jax.model import load
+
+    evaluate(_config(server, ""), str(tmp_path / "jax"), model=load(NAME), progress=False)
+    evaluate(_config(server, "completions"), str(tmp_path / "remote"), progress=False)
+    local, remote = _rows(tmp_path / "jax"), _rows(tmp_path / "remote")
+    assert local.keys() == remote.keys() and len(local) == 2 * len(OPERATORS)
+    for key, a in local.items():
+        b = remote[key]
+        assert not b.get("failed") and b["remote"]["requests"] > 0
+        for field in ("completion", "correct", "b_seq", "b_total", "b_seq_io", "b_total_io", "judge_unparsed"):
+            assert a[field] == b[field], (key, field, a[field], b[field])
+        assert [c["name"] for c in a["calls"]] == [c["name"] for c in b["calls"]], key
+
+
+@pytest.mark.slow
+def test_chat_mode_runs_every_operator_and_budgets_are_the_servers_usage(server, tmp_path):
+    from prd_jax.evaluate import evaluate
+    from prd_jax.operators.judges import RatingTokens
+    from prd_jax.model.loader import smollm2_gguf_path
+    from prd_jax.model.tokenizer import Tokenizer
+    from prd_jax.prompts import FORCED_PREFIXES
+
+    tok = Tokenizer.from_gguf(smollm2_gguf_path())
+    rt = RatingTokens.from_tokenizer(tok)
+    for n, op in enumerate(OPERATORS):  # one problem per workdir: its cache holds exactly that row's requests
+        workdir = str(tmp_path / f"op{n}")
+        evaluate(_config(server, "chat", 1, [op]), workdir, progress=False)
+        (row,) = _rows(workdir).values()
+        assert not row.get("failed")
+        with open(os.path.join(workdir, "requests.jsonl")) as f:
+            answers = [json.loads(line)["response"] for line in f]
+        generation = [a for a in answers if a["choices"][0].get("logprobs") is None]  # rating reads ask logprobs
+        billed_in = sum(a["usage"]["prompt_tokens"] for a in generation)
+        billed_out = sum(a["usage"]["completion_tokens"] for a in generation)
+        assert row["b_total_io"] - row["b_total"] == billed_in, op
+        forced = row["b_total"] - billed_out  # tokens a forced rating appends (judges.py), 0 without judges
+        if row["judge_unparsed"] == 0:
+            assert forced == 0, op
+        else:
+            kind = "pairwise" if op.get("selector") == "pairwise_v1" else "pointwise"
+            suffix = sum(len(p) for p in rt.prefixes[kind])
+            tags = len(FORCED_PREFIXES[kind])
+            assert row["judge_unparsed"] * (suffix + tags) <= forced <= row["judge_unparsed"] * (suffix + 2 * tags), op
