@@ -29,10 +29,12 @@ from prd_jax.backends.config import BackendConfig, with_backend
 from prd_jax.checkpoint import describe
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.demo import CONFIGS, run_demo
-from prd_jax.evaluate import evaluate
+from prd_jax.backends import estimate, for_eval
+from prd_jax.evaluate import _context, eval_sampling, eval_task, evaluate
 from prd_jax.mesh import make_mesh
 from prd_jax.model import load
 from prd_jax.sampling import Sampler, SamplingConfig
+from prd_jax.serve.app import serve
 from prd_jax.train.run import train
 
 EXIT_ERROR = 2  # a usage, config or path error (argparse's status for usage errors)
@@ -217,8 +219,6 @@ def _run(args: argparse.Namespace, rest: list) -> None:
     elif args.command == "compile":
         sys.exit(run_compile(args, rest))
     elif args.command == "serve":
-        from prd_jax.serve.app import serve
-
         serve(args)
 
 
@@ -231,9 +231,6 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
         if backend.remote:  # an API run: requests, tokens and cost; there is nothing to compile
             if not args.estimate:
                 raise ValueError("config.backend.kind='openai': nothing runs on a pod; use --estimate")
-            from prd_jax.backends import estimate, for_eval
-            from prd_jax.evaluate import _context, eval_sampling, eval_task
-
             _, tok = for_eval.eval_lm(config, backend.replace_key_env(), None, progress=False)
             task = eval_task(config)
             templates = config.get("templates") or task.templates

@@ -18,6 +18,7 @@ from typing import List
 import jax
 import jax.numpy as jnp
 
+from prd_jax.operators.core import Problems
 from prd_jax.operators.registry import build_spec
 from prd_jax.operators.runner import run
 from prd_jax.sampling import SampleOutput
@@ -52,8 +53,6 @@ class _RecordingLM:
 
 def remote_estimates(config, tokenizer, backend, context_for) -> List[RemoteEstimate]:
     """One row per operator of an eval config; `context_for(spec)` builds its Context."""
-    from prd_jax.operators.core import Problems
-
     b, width = config.batch_size, config.max_problem_tokens
     runs = -(-config.num_problems // b) * config.k_samples
     out = []

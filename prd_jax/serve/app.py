@@ -18,11 +18,16 @@ import logging
 import time
 from typing import List
 
+import jax
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from prd_jax import fileio
+from prd_jax.checkpoint import latest_params
+from prd_jax.model import load
 from prd_jax.serve import protocol as P
 from prd_jax.serve.engine import Engine, Row
 
@@ -145,13 +150,7 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
 def load_for_serving(model: str, path, workdir, dtype: str = "float32"):
     """(cfg, params, tokenizer, name) for `--model/--path` or a training `--workdir` (its latest
     checkpoint over the model its config.json names)."""
-    from prd_jax.model import load
-
     if workdir:
-        from prd_jax import fileio
-        from prd_jax.checkpoint import latest_params
-        import jax
-
         cfg_path = f"{workdir.rstrip('/')}/config.json"
         if not fileio.exists(cfg_path):
             raise FileNotFoundError(f"--workdir {workdir}: no config.json (is it a training workdir?)")
@@ -171,8 +170,6 @@ def load_for_serving(model: str, path, workdir, dtype: str = "float32"):
 
 def serve(args) -> None:
     """Load, start the engine (it compiles its first program), run uvicorn until SIGTERM."""
-    import uvicorn
-
     cfg, params, tok, name = load_for_serving(args.model, args.path, args.workdir, args.dtype)
     if tok is None:
         raise ValueError(f"model {args.model!r} has no tokenizer to serve (tokenizer.json missing)")

@@ -1,0 +1,293 @@
+"""Serving cost: useful tokens/s of `prd-jax serve` under concurrent OpenAI clients against
+the in-process sampler call of `rollout_throughput.py`, same requests, same run.
+
+    python benchmarks/serve_throughput.py [--requests 256] [--max-new-tokens 256] [--concurrency 32]
+        [--max-batch-rows 64] [--batch-wait-ms 5] [--port 0]
+
+Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.jsonl`, so
+`PRD_DATA_DIR` applies) as one-message SmolLM2-135M-Instruct chats, temperature 1, at most
+`--max-new-tokens` new tokens, request i with seed i.
+
+Serve: `prd-jax serve --model smollm2-135m` runs as a subprocess (JAX_PLATFORMS as in this
+process, else cpu) with `--max-batch-rows` / `--batch-wait-ms`; once `GET /health` answers
+200, `--concurrency` threads, each with its own `openai.OpenAI` client (the official
+package; no retries), take the requests in order and send them as
+`chat.completions.create(..., max_tokens, temperature=1.0, seed=i)`. Warm-up: one full
+untimed pass of the same requests (`--warmup-requests`, default all of them). The engine
+compiles one program per (batch bucket, prompt bucket) it meets, and which batches form
+depends on when requests arrive, so a smaller pass would compile only some of the shapes
+the timed pass meets; an identical pass reproduces its arrival pattern most closely.
+Compiles that still happen in the timed pass (the server's "sampler: compiling" log lines)
+are reported as `serve_compiles_timed`. Useful tokens are the server's
+`usage.completion_tokens` (stop token included); the rate is their sum over the timed
+pass's wall time (first request sent to last answer received). The server is then stopped
+(SIGTERM, then wait).
+
+In-process: `rollout_throughput.run_ours` (compile + warm call, then one timed call) runs
+all requests as one sampler call with that benchmark's default options (compaction,
+grouped prefill, cache window, prompt groups: `inprocess_options` in the JSON), each row
+keyed as the server keys seed i (`fold_in(key(i), 0)`); useful tokens are the rows'
+lengths. `ratio` = serve / in-process (the serving overhead, 1.0 = none). `same_lengths`
+counts requests whose length matched on both paths (the same key gives the same tokens
+unless batch shapes change the float rounding).
+
+The last stdout line is one JSON object: `requests`, `serve_useful_tokens_per_s`,
+`inprocess_useful_tokens_per_s`, `ratio`, then wall seconds, server flags, latencies,
+date and machine. Measured figures are recorded under docs/results/, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the server gets the same platform
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import rollout_throughput  # noqa: E402
+
+MODEL = "smollm2-135m"
+# rollout_throughput.py's defaults (its --min-rows, --compact-ratio, --max-rows,
+# --prefill-groups, --cache-window, --prompt-groups)
+INPROCESS_OPTIONS = dict(compact_min_rows=8, compact_ratio=0.5, max_rows=0, prefill_groups=32, cache_window=32,
+                         prompt_groups=2)
+COMPILE_LINE = "sampler: compiling"
+
+
+def gsm8k_messages(n: int) -> list:
+    """The chats of rollout_throughput.py: one user message per GSM8K test problem."""
+    from prd_jax.data.jsonl import read_problems
+
+    return [[{"role": "user", "content": p["problem"]}] for p in read_problems("gsm8k_test", limit=n)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def health(base: str) -> tuple:
+    """(status code, body) of GET /health; (0, {}) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, {}
+
+
+def compiles(log_path: str) -> int:
+    with open(log_path, errors="replace") as f:
+        return f.read().count(COMPILE_LINE)
+
+
+def tail(log_path: str, lines: int = 30) -> str:
+    with open(log_path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def start_server(args, port: int, log_file) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "prd_jax.cli", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
+           "--max-batch-rows", str(args.max_batch_rows), "--batch-wait-ms", str(args.batch_wait_ms)]
+    env = dict(os.environ, JAX_PLATFORMS=os.environ["JAX_PLATFORMS"], PYTHONUNBUFFERED="1")
+    return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+
+
+def wait_healthy(proc: subprocess.Popen, base: str, log_path: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode}:\n{tail(log_path)}")
+        code, body = health(base)
+        if code == 200:
+            return body
+        if code == 500:
+            raise RuntimeError(f"the server reports an error: {body}\n{tail(log_path)}")
+        time.sleep(1.0)
+    raise RuntimeError(f"the server was not healthy after {timeout_s:.0f} s:\n{tail(log_path)}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def serve_pass(base: str, messages: list, max_new: int, concurrency: int, timeout_s: float) -> tuple:
+    """(wall seconds, per-request (completion_tokens, prompt_tokens, finish_reason, latency))
+    of one pass: `concurrency` threads, each with its own client, take the requests in order."""
+    import openai
+
+    n = len(messages)
+    clients = [openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=timeout_s)
+               for _ in range(min(concurrency, n))]
+    results, errors = [None] * n, []
+    lock, order = threading.Lock(), iter(range(n))
+
+    def worker(client):
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None or errors:
+                return
+            t = time.perf_counter()
+            try:
+                r = client.chat.completions.create(model=MODEL, messages=messages[i], max_tokens=max_new,
+                                                   temperature=1.0, seed=i)
+            except Exception as e:  # reported after the pass; the other threads stop taking requests
+                errors.append((i, e))
+                return
+            results[i] = (r.usage.completion_tokens, r.usage.prompt_tokens, r.choices[0].finish_reason,
+                          time.perf_counter() - t)
+
+    threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    for c in clients:
+        c.close()
+    if errors:
+        i, e = errors[0]
+        raise RuntimeError(f"request {i} failed ({len(errors)} failures): {type(e).__name__}: {e}")
+    return wall, results
+
+
+def run_serve(args, messages: list) -> dict:
+    port = args.port or free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.NamedTemporaryFile("w+", prefix="serve_throughput_", suffix=".log", delete=False) as log_file:
+        log_path = log_file.name
+    try:
+        with open(log_path, "w") as log_file:
+            t = time.perf_counter()
+            proc = start_server(args, port, log_file)
+            try:
+                body = wait_healthy(proc, base, log_path, args.startup_timeout)
+                ready_s = time.perf_counter() - t
+                print(f"serve: healthy after {ready_s:.1f} s ({body})", flush=True)
+                warm = messages[:args.warmup_requests] if args.warmup_requests else []
+                warm_s = 0.0
+                if warm:
+                    warm_s, _ = serve_pass(base, warm, args.max_new_tokens, args.concurrency, args.request_timeout)
+                    print(f"serve: warm-up pass of {len(warm)} requests {warm_s:.1f} s, "
+                          f"{compiles(log_path)} compiles so far", flush=True)
+                calls0, compiles0 = health(base)[1].get("sampler_calls"), compiles(log_path)
+                wall, results = serve_pass(base, messages, args.max_new_tokens, args.concurrency,
+                                           args.request_timeout)
+                calls1, compiles1 = health(base)[1].get("sampler_calls"), compiles(log_path)
+            finally:
+                stop_server(proc)
+        server_log_tail = tail(log_path, 5)
+    finally:
+        os.unlink(log_path)
+    lengths = np.asarray([r[0] for r in results])
+    latency = np.asarray([r[3] for r in results])
+    print(f"serve: timed pass {wall:.1f} s, {int(lengths.sum())} useful tokens, mean length {lengths.mean():.1f}, "
+          f"{int((lengths >= args.max_new_tokens).sum())} rows at the cap, "
+          f"{None if calls0 is None else calls1 - calls0} sampler calls, {compiles1 - compiles0} compiles; "
+          f"server exit {proc.returncode}", flush=True)
+    if proc.returncode not in (0, -signal.SIGTERM):
+        print(f"serve: server log tail:\n{server_log_tail}", flush=True)
+    return {"wall_s": wall, "lengths": lengths, "prompt_tokens": [r[1] for r in results],
+            "finish_stop": sum(r[2] == "stop" for r in results), "latency": latency, "ready_s": ready_s,
+            "warmup_s": warm_s, "sampler_calls": None if calls0 is None else calls1 - calls0,
+            "compiles_timed": compiles1 - compiles0, "compiles_total": compiles1, "exit": proc.returncode}
+
+
+def run_inprocess(args, messages: list) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from prd_jax.model import load
+
+    model = load(MODEL)
+    prompt_ids = [model.tokenizer.encode_chat(m) for m in messages]
+    keys = jnp.stack([jax.random.fold_in(jax.random.key(i), 0) for i in range(len(prompt_ids))])
+    seconds, lengths = rollout_throughput.run_ours(model, prompt_ids, keys, args.max_new_tokens, **INPROCESS_OPTIONS)
+    print(f"in-process: {seconds:.1f} s, {int(lengths.sum())} useful tokens, mean length {lengths.mean():.1f}, "
+          f"{int((lengths >= args.max_new_tokens).sum())} rows at the cap", flush=True)
+    return {"wall_s": seconds, "lengths": lengths, "prompt_tokens": [len(p) for p in prompt_ids]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=32, help="client threads, one OpenAI client each")
+    parser.add_argument("--max-batch-rows", type=int, default=64, help="the server's --max-batch-rows")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms")
+    parser.add_argument("--port", type=int, default=0, help="0 = pick a free one")
+    parser.add_argument("--warmup-requests", type=int, default=None,
+                        help="requests in the untimed warm-up pass (default: all; 0 = none)")
+    parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    parser.add_argument("--request-timeout", type=float, default=3600.0, help="seconds one request may take")
+    args = parser.parse_args()
+    if args.warmup_requests is None:
+        args.warmup_requests = args.requests
+
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
+    messages = gsm8k_messages(args.requests)
+    serve = run_serve(args, messages)
+    ours = run_inprocess(args, messages)
+    load_end = os.getloadavg()
+
+    n = len(messages)
+    if serve["prompt_tokens"] != ours["prompt_tokens"]:
+        bad = sum(a != b for a, b in zip(serve["prompt_tokens"], ours["prompt_tokens"]))
+        print(f"warning: {bad} prompts have a different token count on the server", flush=True)
+    serve_rate = float(serve["lengths"].sum()) / serve["wall_s"]
+    ours_rate = float(ours["lengths"].sum()) / ours["wall_s"]
+    record = {
+        "requests": n, "serve_useful_tokens_per_s": round(serve_rate, 2),
+        "inprocess_useful_tokens_per_s": round(ours_rate, 2), "ratio": round(serve_rate / ours_rate, 3),
+        "serve_wall_s": round(serve["wall_s"], 2), "inprocess_wall_s": round(ours["wall_s"], 2),
+        "serve_useful_tokens": int(serve["lengths"].sum()), "inprocess_useful_tokens": int(ours["lengths"].sum()),
+        "serve_rows_at_cap": int((serve["lengths"] >= args.max_new_tokens).sum()),
+        "inprocess_rows_at_cap": int((ours["lengths"] >= args.max_new_tokens).sum()),
+        "same_lengths": int((serve["lengths"] == ours["lengths"]).sum()),
+        "prompts_match": serve["prompt_tokens"] == ours["prompt_tokens"],
+        "serve_latency_p50_s": round(float(np.percentile(serve["latency"], 50)), 2),
+        "serve_latency_p95_s": round(float(np.percentile(serve["latency"], 95)), 2),
+        "serve_sampler_calls_timed": serve["sampler_calls"], "serve_compiles_timed": serve["compiles_timed"],
+        "serve_compiles_total": serve["compiles_total"], "serve_warmup_s": round(serve["warmup_s"], 2),
+        "serve_ready_s": round(serve["ready_s"], 2),
+        "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
+        "warmup_requests": args.warmup_requests,
+        "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms},
+        "inprocess_options": INPROCESS_OPTIONS,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                    "jax_platforms": os.environ["JAX_PLATFORMS"],
+                    "load_avg_start": [round(x, 2) for x in load_start],
+                    "load_avg_end": [round(x, 2) for x in load_end]},
+    }
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
