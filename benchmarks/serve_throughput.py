@@ -43,6 +43,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -92,9 +93,12 @@ def health(base: str) -> tuple:
         return 0, {}
 
 
-def compiles(log_path: str) -> int:
+def compiles(log_path: str) -> list:
+    """(batch, prompt, gen, compact_min_rows) of each "sampler: compiling" line the server logged so far."""
+    shape = re.compile(r"batch=(\d+) prompt=(\d+) gen=(\d+).*compact_min_rows=(\d+)")
     with open(log_path, errors="replace") as f:
-        return f.read().count(COMPILE_LINE)
+        found = [shape.search(line) for line in f if COMPILE_LINE in line]
+    return [tuple(int(x) for x in m.groups()) for m in found if m]
 
 
 def tail(log_path: str, lines: int = 30) -> str:
@@ -193,7 +197,7 @@ def run_serve(args, messages: list) -> dict:
                 if warm:
                     warm_s, _ = serve_pass(base, warm, args.max_new_tokens, args.concurrency, args.request_timeout)
                     print(f"serve: warm-up pass of {len(warm)} requests {warm_s:.1f} s, "
-                          f"{compiles(log_path)} compiles so far", flush=True)
+                          f"compiles so far (batch, prompt, gen, compact_min_rows): {compiles(log_path)}", flush=True)
                 calls0, compiles0 = health(base)[1].get("sampler_calls"), compiles(log_path)
                 wall, results = serve_pass(base, messages, args.max_new_tokens, args.concurrency,
                                            args.request_timeout)
@@ -207,14 +211,14 @@ def run_serve(args, messages: list) -> dict:
     latency = np.asarray([r[3] for r in results])
     print(f"serve: timed pass {wall:.1f} s, {int(lengths.sum())} useful tokens, mean length {lengths.mean():.1f}, "
           f"{int((lengths >= args.max_new_tokens).sum())} rows at the cap, "
-          f"{None if calls0 is None else calls1 - calls0} sampler calls, {compiles1 - compiles0} compiles; "
-          f"server exit {proc.returncode}", flush=True)
+          f"{None if calls0 is None else calls1 - calls0} sampler calls, {len(compiles1) - len(compiles0)} "
+          f"compiles {compiles1[len(compiles0):]}; server exit {proc.returncode}", flush=True)
     if proc.returncode not in (0, -signal.SIGTERM):
         print(f"serve: server log tail:\n{server_log_tail}", flush=True)
     return {"wall_s": wall, "lengths": lengths, "prompt_tokens": [r[1] for r in results],
             "finish_stop": sum(r[2] == "stop" for r in results), "latency": latency, "ready_s": ready_s,
             "warmup_s": warm_s, "sampler_calls": None if calls0 is None else calls1 - calls0,
-            "compiles_timed": compiles1 - compiles0, "compiles_total": compiles1, "exit": proc.returncode}
+            "compiles_timed": len(compiles1) - len(compiles0), "compiles_total": len(compiles1), "exit": proc.returncode}
 
 
 def run_inprocess(args, messages: list) -> dict:

@@ -136,5 +136,10 @@ def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict
 
 
 def get_config(arg=None):
-    raise ValueError("configs/eval/api_rows.py is a helper, not a config: run one of configs/eval/o3mini_*.py "
-                     "or configs/eval/gemini25flash_*.py (fig3_matched_bseq, table1_sr, table2_distill, fig6_oracle)")
+    """`PROVIDER,ROW,YEAR` (what configs/eval/o3mini_*.py and gemini25flash_*.py pass)."""
+    parts = (arg or "").split(",")
+    if len(parts) != 3:
+        raise ValueError("configs/eval/api_rows.py is a helper: run one of configs/eval/o3mini_*.py or "
+                         "configs/eval/gemini25flash_*.py (fig3_matched_bseq, table1_sr, table2_distill, fig6_oracle), "
+                         "or pass PROVIDER,ROW,YEAR")
+    return config(*parts, path=f"{parts[0]}_{parts[1]}")

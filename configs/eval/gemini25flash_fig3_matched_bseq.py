@@ -10,11 +10,8 @@ accepted path (§3.1), so accuracy is read off each row's measured B_seq, with L
 bracketing it. mean@16 over the year's 30 problems, T = 1.0, top-p 1.0 (paper). The
 budget grid, the ranker's budget and kappa are ours.
 
-Backend: Gemini's OpenAI-compatible endpoint
-https://generativelanguage.googleapis.com/v1beta/openai/, model gemini-2.5-flash, chat API;
-thinking_budget=-1 sends each call's own token budget as thinking_config.thinking_budget
-(capped at 24k on this model, so no per-call budget here exceeds 24,576). Sampling
-T = 1.0, top-p 1.0 is sent. The key is read from the environment variable GEMINI_API_KEY.
+Backend: gemini-2.5-flash (Gemini's OpenAI-compatible endpoint, chat, each call's budget as its thinking budget); the key is read from GEMINI_API_KEY. Endpoint, token knobs,
+tokenizer, resume and cost notes: configs/eval/api_rows.py.
 
 Command to run (the arg picks the year: aime2024 or aime2025; none given: aime2024):
     export GEMINI_API_KEY=...
@@ -22,15 +19,6 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
         --workdir runs/gemini25flash_fig3_matched_bseq_aime2024
     prd-jax eval --config configs/eval/gemini25flash_fig3_matched_bseq.py:aime2025 \
         --workdir runs/gemini25flash_fig3_matched_bseq_aime2025
-A cheaper first pass: --config.k_samples=4. A rerun in the same workdir resumes, and retries
-rows whose requests failed; summary.md also counts each operator's failed, empty and
-length-capped requests.
-
-Tokenizer: Gemini's tokenizer has no local copy, so backend.tokenizer defaults to "" and the
-SmolLM2 tokenizer (shipped with the package) turns answer text into ids for quoting; any
-local one can be passed instead:
-    --config.backend.tokenizer=/path/to/a/tokenizer_dir
-Budgets and B_seq / B_total come from the server's usage either way.
 
 Expected (paper): PDR above Long-CoT at matched B_seq. The abstract puts PDR's largest gains
 over single-pass baselines at matched sequential budget at +11% on AIME 2024 and +9% on
@@ -40,16 +28,13 @@ as slightly above Long-CoT at 24k with a wider gap at 16k, and SR below Long-CoT
 no figure for Gemini, and the paper gives no figure we could verify. Ours: not yet run.
 """
 
-import importlib.util
 import os
 
-_SPEC = importlib.util.spec_from_file_location(
-    "prd_eval_api_rows", os.path.join(os.path.dirname(os.path.abspath(__file__)), "api_rows.py"))
-api_rows = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(api_rows)
+from prd_jax.config_io import load_config
 
-ARGS = api_rows.YEARS  # the AIME year; none given: aime2024
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("aime2024", "aime2025")  # the AIME year; none given: aime2024
 
 
 def get_config(arg=None):
-    return api_rows.config("gemini25flash", "fig3", arg, __file__)
+    return load_config(f"{os.path.join(HERE, 'api_rows.py')}:gemini25flash,fig3,{arg or 'aime2024'}")

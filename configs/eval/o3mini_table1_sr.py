@@ -6,12 +6,8 @@ with error analysis (the refine prompt first asks what is wrong with the previou
 mean@16 over the year's 30 problems, T = 1.0, top-p 1.0 (paper); the rounds and the
 per-call budget are ours.
 
-Backend: https://api.openai.com/v1, model o3-mini, chat API; a call's budget is sent as
-max_completion_tokens (it covers hidden reasoning), and no temperature / top-p is sent (the
-o-series refuse them). reasoning_effort is left unset, so the API's own default applies: we
-could not find the effort the paper ran o3-mini at; pin one with
---config.backend.reasoning_effort=low|medium|high. The key is read from the environment
-variable OPENAI_API_KEY.
+Backend: o3-mini (OpenAI API, chat, max_completion_tokens, no temperature / top-p); the key is read from OPENAI_API_KEY. Endpoint, token knobs,
+tokenizer, resume and cost notes: configs/eval/api_rows.py.
 
 Command to run (the arg picks the year: aime2024 or aime2025; none given: aime2024):
     export OPENAI_API_KEY=...
@@ -19,31 +15,18 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
         --workdir runs/o3mini_table1_sr_aime2024
     prd-jax eval --config configs/eval/o3mini_table1_sr.py:aime2025 \
         --workdir runs/o3mini_table1_sr_aime2025
-A cheaper first pass: --config.k_samples=4. A rerun in the same workdir resumes, and retries
-rows whose requests failed; summary.md also counts each operator's failed, empty and
-length-capped requests.
-
-Tokenizer: no local copy of o3-mini's exists, so backend.tokenizer defaults to "" and the
-SmolLM2 tokenizer (shipped with the package) turns answer text into ids for quoting. For
-counts closer to o3-mini's pass an o200k-based one, e.g. GPT-OSS's HF dir (its o200k-harmony
-tokenizer is o200k-based like o3-mini's):
-    --config.backend.tokenizer=/path/to/a/tokenizer_dir
-Budgets and B_seq / B_total come from the server's usage either way.
 
 Expected: the paper gives no figure we could verify for SR with and without error
 analysis; ours: not yet run.
 """
 
-import importlib.util
 import os
 
-_SPEC = importlib.util.spec_from_file_location(
-    "prd_eval_api_rows", os.path.join(os.path.dirname(os.path.abspath(__file__)), "api_rows.py"))
-api_rows = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(api_rows)
+from prd_jax.config_io import load_config
 
-ARGS = api_rows.YEARS  # the AIME year; none given: aime2024
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ("aime2024", "aime2025")  # the AIME year; none given: aime2024
 
 
 def get_config(arg=None):
-    return api_rows.config("o3mini", "table1", arg, __file__)
+    return load_config(f"{os.path.join(HERE, 'api_rows.py')}:o3mini,table1,{arg or 'aime2024'}")

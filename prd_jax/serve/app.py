@@ -68,14 +68,18 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
                 for p in prompts for j in range(samp["n"])]
         return await asyncio.gather(*(asyncio.wrap_future(f) for f in engine.submit(rows)))
 
+    async def checked(request: Request) -> dict:
+        req = await _json(request)
+        P.check_model(req, served_name)
+        P.refuse(req)
+        return req
+
     def token_text(t: int, as_ids: bool) -> str:
         return f"token_id:{t}" if as_ids else tok.decode([t])
 
     async def completions(request: Request):
         try:
-            req = await _json(request)
-            P.check_model(req, served_name)
-            P.refuse(req)
+            req = await checked(request)
             prompts = P.prompts_of(req, tok)
             samp = P.sampling_fields(req)
             max_tokens = P._num(req, "max_tokens", 16, int, 1)
@@ -105,9 +109,7 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
 
     async def chat(request: Request):
         try:
-            req = await _json(request)
-            P.check_model(req, served_name)
-            P.refuse(req)
+            req = await checked(request)
             prompt = P.chat_prompt(req, tok)
             samp = P.sampling_fields(req)
             field = "max_completion_tokens" if req.get("max_completion_tokens") is not None else "max_tokens"
