@@ -72,6 +72,10 @@ class SamplingConfig:
     decode_layers: str = "unrolled"  # "unrolled" (per-layer weights/caches) or "scan" (stacked)
     cache_window: int = 0  # >0: the first decode phase's cache grows this many slots at a time
     prompt_groups: int = 0  # >1 (`Sampler`, one device): length-sorted prompt groups, each over its own width
+    # > 0: a row still thinking after this many tokens gets `think_end` (the end-of-thinking
+    # marker ids, e.g. Qwen3's `</think>`) forced in, then answers (`force_think_end`)
+    think_budget: int = 0
+    think_end: tuple = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -97,6 +101,16 @@ class SamplingConfig:
             raise ValueError(f"prompt_groups={self.prompt_groups}; must be >= 0 (0 or 1 = one prompt width)")
         if self.cache_window < 0:
             raise ValueError(f"cache_window={self.cache_window}; must be >= 0 (0 = all generation slots at once)")
+        if self.think_budget < 0:
+            raise ValueError(f"think_budget={self.think_budget}; must be >= 0 (0 = no forced end of thinking)")
+        if self.think_budget and not self.think_end:
+            raise ValueError(f"think_budget={self.think_budget} needs think_end, the end-of-thinking marker ids "
+                             "(the tokenizer has no `</think>`: allowed think_budget=0)")
+        if self.think_budget and self.think_budget + len(self.think_end) >= self.max_new_tokens:
+            raise ValueError(f"think_budget={self.think_budget} + the {len(self.think_end)}-token marker leaves no "
+                             f"answer tokens in max_new_tokens={self.max_new_tokens}; allowed: think_budget < "
+                             f"{self.max_new_tokens - len(self.think_end)}")
+        object.__setattr__(self, "think_end", tuple(int(t) for t in self.think_end))
         if self.decode_layers not in ("unrolled", "scan"):
             raise ValueError(f"decode_layers={self.decode_layers!r}; allowed: 'unrolled', 'scan'")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
@@ -152,6 +166,26 @@ def choose_tokens(logits: Array, keys: Array, scfg: SamplingConfig) -> Array:
     if scfg.top_p < 1.0:
         scaled = top_p_mask(scaled, scfg.top_p)
     return blocked_categorical(keys, scaled)
+
+
+def force_think_end(tok: Array, lp: Array, think: Array, step, scfg: SamplingConfig) -> tuple:
+    """Budget forcing of a thinking block, as thinking-model APIs apply it (ours: the papers are silent).
+
+    `think [R]` counts how much of the marker `scfg.think_end` the row has written last
+    (the marker's length once the block is closed). From step `think_budget` on, a row whose
+    block is still open gets the marker's next id instead of its sample (logprob 0: not
+    sampled), so the block closes at exactly `think_budget + len(marker)` tokens and the
+    row goes on into its answer. A row that writes the marker itself is never forced.
+    Returns (tokens, logprobs, think) `[R]`."""
+    if not scfg.think_budget:
+        return tok, lp, think
+    marker = jnp.asarray(scfg.think_end, jnp.int32)
+    n = len(scfg.think_end)
+    force = (think < n) & (step >= scfg.think_budget)
+    tok = jnp.where(force, marker[jnp.minimum(think, n - 1)], tok)
+    lp = jnp.where(force, 0.0, lp)
+    matched = jnp.where(tok == marker[jnp.minimum(think, n - 1)], think + 1, (tok == marker[0]).astype(jnp.int32))
+    return tok, lp, jnp.where(think >= n, n, matched)
 
 
 SAMPLE_BLOCK = 128  # vocabulary block of `blocked_categorical`
@@ -437,14 +471,15 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
         logits, cache = _fan_out(logits, cache, m)
 
     def cond(state):
-        step, _, _, _, _, _, finished = state
+        step, _, _, _, _, _, finished, _ = state
         return (step < max_new) & ~jnp.all(finished)
 
     def body(state):
-        step, cache, logits, tokens, logprobs, lengths, finished = state
+        step, cache, logits, tokens, logprobs, lengths, finished, think = state
         keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
         tok = choose_tokens(logits, keys, scfg)
         lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+        tok, lp, think = force_think_end(tok, lp, think, step, scfg)
         tok = jnp.where(finished, pad_id, tok)
         lp = jnp.where(finished, 0.0, lp)
         tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, step, 1)
@@ -453,12 +488,12 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
         finished = finished | jnp.isin(tok, stop_ids)
         positions = (cache.index - cache.start)[:, None]
         logits, cache = forward(cfg, params, tok[:, None], positions, cache, mesh=mesh)
-        return step + 1, cache, logits[:, 0], tokens, logprobs, lengths, finished
+        return step + 1, cache, logits[:, 0], tokens, logprobs, lengths, finished, think
 
     state = (jnp.int32(0), cache, logits,
              jnp.full((rows, gen_len), pad_id, jnp.int32), jnp.zeros((rows, gen_len), jnp.float32),
-             jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool))
-    _, _, _, tokens, logprobs, lengths, finished = jax.lax.while_loop(cond, body, state)
+             jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool), jnp.zeros((rows,), jnp.int32))
+    _, _, _, tokens, logprobs, lengths, finished, _ = jax.lax.while_loop(cond, body, state)
     return SampleOutput(tokens, logprobs, lengths, finished)
 
 
@@ -535,7 +570,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
     logprobs = jnp.zeros((rows, gen_len), jnp.float32)
     lengths_all, finished_all = jnp.zeros((rows,), jnp.int32), jnp.zeros((rows,), bool)
     live = dict(ids=jnp.arange(rows, dtype=jnp.int32), keys=row_keys, start=start, logits=logits,
-                caches=groups, lengths=lengths_all, finished=finished_all)
+                caches=groups, lengths=lengths_all, finished=finished_all, think=jnp.zeros((rows,), jnp.int32))
     step = jnp.int32(0)
     full = gens[-1]
     cells = [(0, g) for g in gens] + [(p, full) for p in range(1, len(sizes))]
@@ -568,6 +603,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
             keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(lv["keys"], step)
             tok = choose_tokens(lv["logits"], keys, scfg)
             lp = _chosen_logprob(lv["logits"], tok)
+            tok, lp, think = force_think_end(tok, lp, lv["think"], step, scfg)
             tok = jnp.where(finished, pad_id, tok)
             lp = jnp.where(finished, 0.0, lp)
             if identity:
@@ -583,7 +619,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
                                 for g, (caches, w) in enumerate(zip(lv["caches"], widths)))
             new_logits, caches = decode_step_groups(cfg, weights, tok, base + step - lv["start"], step_groups,
                                                     mesh=mesh)
-            lv = dict(lv, logits=new_logits, caches=caches, lengths=lengths, finished=finished)
+            lv = dict(lv, logits=new_logits, caches=caches, lengths=lengths, finished=finished, think=think)
             return step + 1, tokens, logprobs, lv
 
         step, tokens, logprobs, live = jax.lax.while_loop(cond, body, (step, tokens, logprobs, live))

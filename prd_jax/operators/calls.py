@@ -22,11 +22,18 @@ from prd_jax.sampling import SamplingConfig
 Array = jax.Array
 
 
-def sampling_config(ctx, max_new: int, num_samples: int = 1) -> SamplingConfig:
+def sampling_config(ctx, max_new: int, num_samples: int = 1, think: int = 0) -> SamplingConfig:
+    """The sampler settings of one call: the context's sampling, the call's budget, and its
+    thinking budget `think` (> 0: the thinking block is force-closed there with the
+    tokenizer's end-of-thinking marker `ctx.think_end`, `sampling.force_think_end`)."""
     s = ctx.sampling
+    if think and not ctx.think_end:
+        raise ValueError(f"think_budget={think}: this tokenizer has no end-of-thinking marker (`</think>`); "
+                         "allowed: think_budget=0")
     return SamplingConfig(max_new, s.temperature, s.top_p, s.top_k, num_samples, s.stop_ids,
                           max(s.max_rows, num_samples) if s.max_rows else 0, compact_min_rows=s.compact_min_rows,
-                          prefill_groups=s.prefill_groups, compact_ratio=s.compact_ratio, cache_window=s.cache_window)
+                          prefill_groups=s.prefill_groups, compact_ratio=s.compact_ratio, cache_window=s.cache_window,
+                          think_budget=think, think_end=tuple(ctx.think_end) if think else ())
 
 
 def fill(tpl, rows: int, fills: dict) -> list:
@@ -90,12 +97,14 @@ class RoundTrace:
     logprobs: Array
 
 
-def call(lm, segments, keys, ctx, max_new: int, num_samples: int, name: str = "operator call") -> CallOut:
+def call(lm, segments, keys, ctx, max_new: int, num_samples: int, name: str = "operator call",
+         think: int = 0) -> CallOut:
     """One batched model call with one key per prompt row (M = `num_samples` per row).
 
-    `name` ("pdr.refine", ...) is how a context-overflow refusal names the call."""
+    `name` ("pdr.refine", ...) is how a context-overflow refusal names the call; `think`
+    its thinking budget (`sampling_config`)."""
     prompts, plen, overflow = assemble(segments, width(segments), ctx.pad_id)
-    out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples), name=name)
+    out = lm.generate(prompts, plen, keys, sampling_config(ctx, max_new, num_samples, think), name=name)
     in_tokens = jnp.repeat(plen, num_samples)
     bill_in, bill_out = billed(out, in_tokens)
     return CallOut(out.tokens, out.lengths, in_tokens, overflow, rows(prompts, num_samples), out.logprobs,

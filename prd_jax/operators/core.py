@@ -133,7 +133,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
     """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "long_cot.solve")
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "long_cot.solve", spec.think_budget)
     tok, length, in_tok, overflow = out
     calls = CallLog.from_groups([group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")])
     return make_result(tok, length, calls, empty_workspace(b), overflow, [tok[:, None]], [length[:, None]],
@@ -150,7 +150,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     b = problems.tokens.shape[0]
     problem = problem_rows(problems, 1)
     segs = fill(ctx.templates["solve"], b, {"problem": problem})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve")
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve", spec.think_budget)
     tok, length, in_tok, overflow = out
     groups = [group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
@@ -160,7 +160,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     for r in range(2, spec.rounds + 2):
         workspace, cut = single(tok, length, spec, ctx)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
-        out = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine")
+        out = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine", spec.think_budget)
         tok, length, in_tok, overflow = out
         groups.append(group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
@@ -210,12 +210,12 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     tpl = ctx.templates["distill_summary_votes" if spec.summary_vote_counts else "distill_summary"]
     cands, cut = candidate_list(tpl, cand_t, cand_l, order, jnp.take_along_axis(admitted, order, axis=1), spec, ctx)
     segs = fill(tpl, b, {"problem": problem, "candidates": cands})
-    summary = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary")
+    summary = call(lm, segs, fold(rkey, 7), ctx, spec.kappa, 1, "pdr.summary", spec.kappa_think)
     s_tok, s_len, s_in, s_over = summary
     extra = ExtraCalls(r, "summary", s_in[:, None], summary.bill_out[:, None], before=True)
     s_tok, s_len = quotable(s_tok, s_len, spec, ctx)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
-    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
+    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine", spec.think_budget)
     n_adm = jnp.sum(admitted, axis=1)
     pos = jnp.arange(m_next)[None, :] % jnp.maximum(n_adm, 1)[:, None]
     parent = jnp.where(n_adm[:, None] > 0, jnp.take_along_axis(order, pos, axis=1), -1)
@@ -249,10 +249,10 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:
-        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine")
+        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine", spec.think_budget)
         truncs = cut + out.overflow
     else:
-        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1, "pdr.refine")
+        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1, "pdr.refine", spec.think_budget)
         truncs = (cut + out.overflow).reshape(b, m_next).sum(axis=1)
         ws_t, ws_l = ws_t.reshape(b, m_next, -1)[:, 0], ws_l.reshape(b, m_next)[:, 0]
     # judge calls rate the previous round's candidates: they belong to round r - 1
@@ -265,7 +265,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     b = problems.tokens.shape[0]
     sched = spec.schedule
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0], "pdr.draft")
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0], "pdr.draft", spec.think_budget)
     tok, length, in_tok, overflow = out
     traces = [out.trace(b, sched[0])]
     n = tok.shape[1]

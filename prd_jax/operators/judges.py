@@ -143,7 +143,7 @@ def rate(lm, segments, keys, ctx, judge, kind: str, name: str = "", live=None) -
     live = jnp.ones((n_rows,), bool) if live is None else live
     prompts, plen, _ = assemble(segments, width(segments), ctx.pad_id)
     if judge.max_new_tokens > 0:
-        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens),
+        out = lm.generate(prompts, plen, keys, sampling_config(ctx, judge.max_new_tokens, think=judge.think_budget),
                           name=name or f"judge.{kind}", live=live)
         reasoning = (out.tokens, out.lengths - out.stopped.astype(jnp.int32))
         parse = functools.partial(ctx.parser, tags=tags)

@@ -28,7 +28,7 @@ Array = jax.Array
 def _drafts(lm, problems, key, spec, ctx, n: int):
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample")
+    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample", spec.think_budget)
     tok, length, in_tok, overflow = out
     return (tok.reshape(b, n, -1), length.reshape(b, n), in_tok.reshape(b, n), out.bill_out.reshape(b, n),
             overflow.astype(jnp.int32))
@@ -82,7 +82,7 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
                                     adm.reshape(b * n, k), spec, ctx)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
-        out = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate")
+        out = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate", spec.think_budget)
         tok, length, in_t, over = out
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)
         cand_t, cand_l = tok.reshape(b, n, -1), length.reshape(b, n)

@@ -105,6 +105,15 @@ def labelled(spec, name: str, core: list, shown) -> str:
     return f"{name}({','.join([p for p in core if p] + extra + budget)})"
 
 
+def _check_think(obj, field: str, total: int) -> None:
+    """A thinking budget (the call's thinking block is force-closed after this many
+    tokens, `sampling.force_think_end`) is 0 (off) or leaves answer tokens in `total`."""
+    value = getattr(obj, field)
+    if value < 0 or (value and value >= total):
+        raise ValueError(f"{type(obj).__name__}.{field}={value}; allowed: 0 (no forced end of thinking) or "
+                         f"1..{total - 1} (below the call's budget of {total}, the rest is the answer's)")
+
+
 def _positive(obj, *fields):
     for f in fields:
         if getattr(obj, f) < 1:
@@ -164,8 +173,10 @@ class Judge:
     d_min: int = 2
     window: int = 8
     tau: float = 0.1
+    think_budget: int = 0  # > 0: the judge's thinking block is closed here, leaving the rest to answer
 
     def __post_init__(self):
+        _check_think(self, "think_budget", self.max_new_tokens)
         if self.domain is not None and self.domain not in JUDGE_DOMAINS:
             raise ValueError(f"Judge.domain={self.domain!r}; allowed: None (the template set's), {JUDGE_DOMAINS}")
         if self.max_new_tokens < 0:
@@ -181,7 +192,7 @@ class Judge:
         """Every field that is not at its default (the readable ones always)."""
         parts = [self.domain or "", f"m={self.budget_multiple}", f"think={self.max_new_tokens}",
                  "both_orders" if self.both_orders else ""]
-        for name in ("d_min", "window", "tau"):
+        for name in ("d_min", "window", "tau", "think_budget"):
             if getattr(self, name) != Judge.__dataclass_fields__[name].default:
                 parts.append(f"{name}={getattr(self, name)}")
         return ",".join(p for p in parts if p)
@@ -212,11 +223,13 @@ class LongCoT(OperatorSpec):
     """A single long chain of thought with `max_new_tokens` output tokens (PDR §4 baseline)."""
 
     max_new_tokens: int = 512
+    think_budget: int = 0  # > 0: thinking is closed after this many tokens (`_check_think`)
 
     TEMPLATES = ("solve",)
 
     def __post_init__(self):
         _positive(self, "max_new_tokens")
+        _check_think(self, "think_budget", self.max_new_tokens)
 
     def round_sizes(self) -> tuple:
         return (1,)
@@ -236,11 +249,13 @@ class SR(OperatorSpec):
     candidate_max_tokens: int = 512
     truncation_head: int = 128
     quote_thinking: bool = False
+    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`_check_think`)
 
     TEMPLATES = ("solve", "sr_refine", "sr_error_analysis")
 
     def __post_init__(self):
         _positive(self, "rounds", "max_new_tokens", "candidate_max_tokens")
+        _check_think(self, "think_budget", self.max_new_tokens)
         _check_truncation(self)
         _check_bool(self, "error_analysis", "quote_thinking")
 
@@ -288,6 +303,7 @@ class PDR(OperatorSpec):
     k: int = 2
     selector: str = "random"
     kappa: int = 256
+    kappa_think: int = 0  # > 0: the summary call's thinking is closed after this many of its kappa tokens
     max_new_tokens: int = 512
     candidate_max_tokens: int = 512
     truncation_head: int = 128
@@ -295,6 +311,7 @@ class PDR(OperatorSpec):
     judge: Judge = Judge()
     summary_vote_counts: bool = False
     quote_thinking: bool = False
+    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`_check_think`)
 
     TEMPLATES = ("solve", "pdr_topk", "sr_refine", "pdr_summary", "distill_summary", "distill_summary_votes",
                  "pointwise", "pairwise")
@@ -316,6 +333,8 @@ class PDR(OperatorSpec):
                              f"reads its candidates unranked; allowed: 'random' (all candidates), "
                              f"{ORACLE_SELECTORS} (oracle selection into the summary)")
         _positive(self, "k", "kappa", "max_new_tokens", "candidate_max_tokens")
+        _check_think(self, "think_budget", self.max_new_tokens)
+        _check_think(self, "kappa_think", self.kappa)
         if self.distill != "global_summary" and self.k > min(self.schedule[:-1]):
             raise ValueError(f"PDR.k={self.k} exceeds the smallest distilled round M="
                              f"{min(self.schedule[:-1])} of schedule {self.schedule}; need k <= M")
@@ -389,11 +408,13 @@ class BestOfN(OperatorSpec):
     truncation_head: int = 128
     judge: Judge = Judge()
     quote_thinking: bool = False
+    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`_check_think`)
 
     TEMPLATES = ("solve", "pointwise", "pairwise")
 
     def __post_init__(self):
         _positive(self, "n", "max_new_tokens", "candidate_max_tokens")
+        _check_think(self, "think_budget", self.max_new_tokens)
         if self.selector not in BEST_OF_N_SELECTORS:
             raise ValueError(f"BestOfN.selector={self.selector!r}; allowed: {BEST_OF_N_SELECTORS}")
         _check_truncation(self)
@@ -431,11 +452,13 @@ class RSA(OperatorSpec):
     final: str = "first"
     judge: Judge = Judge()
     quote_thinking: bool = False
+    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`_check_think`)
 
     TEMPLATES = ("solve", "rsa_aggregate", "pairwise")
 
     def __post_init__(self):
         _positive(self, "population", "subset", "loops", "max_new_tokens", "candidate_max_tokens")
+        _check_think(self, "think_budget", self.max_new_tokens)
         _check_truncation(self)
         if self.subset > self.population:
             raise ValueError(f"RSA.subset={self.subset} exceeds population={self.population}")
