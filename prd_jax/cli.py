@@ -16,6 +16,8 @@ on an error, the Python traceback; without it an error is one line and exit stat
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
 import json
 import logging
 import os
@@ -132,6 +134,17 @@ def configure_logging(verbose: bool) -> None:
     logging.getLogger("prd_jax").setLevel(logging.INFO)
 
 
+def cpu_or_gpu_host_platforms() -> None:
+    """Off a TPU host, keep JAX from initialising the TPU plugin that the `tpu-aot` extra
+    installs: libtpu takes the host-wide `/tmp/libtpu_lockfile`, so a CPU run (an eval,
+    `prd-jax serve`) would make a concurrent `prd-jax compile` for a TPU topology fail.
+    Only `compile` (which may target a TPU) and an explicit JAX_PLATFORMS are left alone."""
+    if os.environ.get("JAX_PLATFORMS") or glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return
+    gpu = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin"))
+    jax.config.update("jax_platforms", "cuda,cpu" if gpu else "cpu")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `prd-jax` parser: one subcommand per job; `--verbose` on each."""
     common = argparse.ArgumentParser(add_help=False)
@@ -191,6 +204,8 @@ def main(argv=None) -> None:
     if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.verbose)
+    if args.command != "compile":
+        cpu_or_gpu_host_platforms()
     try:
         _run(args, rest)
     except USER_ERRORS as e:
