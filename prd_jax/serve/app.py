@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import time
 from typing import List
 
@@ -180,6 +181,12 @@ def serve(args) -> None:
     t0 = time.time()
     log.info("serving %s on http://%s:%d (context %d)", args.served_name or name, args.host, args.port,
              cfg.max_position)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30)
+    # uvicorn drains in-flight requests on SIGTERM / SIGINT, then re-raises the signal to the
+    # handler it found: ours lets the process finish its shutdown and exit 0.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     engine.stop()
     log.info("stopped after %.0f s", time.time() - t0)
