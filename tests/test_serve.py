@@ -166,6 +166,9 @@ def test_chat_mode_runs_every_operator_and_budgets_are_the_servers_usage(server,
     evaluate(_config(server, "chat", 1), workdir, progress=False)
     rows = list(_rows(workdir).values())
     assert len(rows) == len(OPERATORS) and not any(r.get("failed") for r in rows)
+    for r in rows:  # every request of the row, with its usage and finish_reason
+        assert len(r["remote_calls"]) == r["remote"]["requests"] > 0
+        assert all(c["finish_reason"] in ("stop", "length") and c["completion_tokens"] >= 1 for c in r["remote_calls"])
     with open(os.path.join(workdir, "requests.jsonl")) as f:
         answers = [json.loads(line)["response"] for line in f]
     generation = [a for a in answers if a["choices"][0].get("logprobs") is None]  # rating reads ask logprobs
@@ -181,3 +184,26 @@ def test_chat_mode_runs_every_operator_and_budgets_are_the_servers_usage(server,
             lo += r["judge_unparsed"] * (suffix + tags)
             hi += r["judge_unparsed"] * (suffix + 2 * tags)
     assert lo <= sum(r["b_total"] for r in rows) - billed_out <= hi
+
+
+def test_serve_loads_a_training_workdirs_latest_checkpoint(tmp_path):
+    import jax
+    import numpy as np
+
+    from prd_jax.checkpoint import Checkpointer
+    from prd_jax.model import load
+    from prd_jax.serve.app import load_for_serving
+
+    base = load(NAME)
+    trained = jax.tree.map(lambda p: p * 0.5, base.params)  # stands in for a trained step
+    workdir = tmp_path / "run"
+    with Checkpointer(workdir, save_every=1, keep=2, async_save=False) as ckpt:
+        ckpt.save(7, {"params": trained, "step": jax.numpy.int32(7)}, force=True)
+    (workdir / "config.json").write_text(json.dumps({"model": {"name": NAME, "path": ""}, "tokenizer": "model"}))
+    cfg, params, tok, name = load_for_serving(NAME, None, str(workdir))
+    assert name == f"{NAME}@7" and tok is not None and cfg.max_position == base.cfg.max_position
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(trained)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    (workdir / "config.json").write_text(json.dumps({"model": {"name": NAME}, "tokenizer": "char"}))
+    with pytest.raises(ValueError, match="char vocabulary"):
+        load_for_serving(NAME, None, str(workdir))

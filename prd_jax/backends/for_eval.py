@@ -45,11 +45,12 @@ def eval_lm(config, backend: BackendConfig, workdir: str, progress: bool):
 
 
 def row_fields(stats: Optional[dict]) -> dict:
-    """A results row's remote outcome: its counters, and `failed` (the reasons) when a
-    request of the row failed; {} in-graph."""
+    """A results row's remote outcome: its counters, every request's usage and finish_reason
+    (`remote_calls`, in the order sent), and `failed` (the reasons) when a request of the row
+    failed; {} in-graph."""
     if stats is None:
         return {}
-    out = {"remote": {k: int(stats.get(k, 0)) for k in COUNTERS}}
+    out = {"remote": {k: int(stats.get(k, 0)) for k in COUNTERS}, "remote_calls": stats.get("calls", [])}
     if stats.get("failed"):
         out["failed"] = stats.get("errors") or ["request failed"]
     return out

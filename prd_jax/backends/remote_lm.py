@@ -120,17 +120,19 @@ class RemoteHost:
         self.problems = 1
         self.stats = collections.defaultdict(collections.Counter)
         self.reasons = collections.defaultdict(list)
+        self.calls = collections.defaultdict(list)  # per problem: each request's usage and finish_reason
 
     def begin(self, problems: int) -> None:
         """Start an operator run over `problems` rows; clears the per-problem counts."""
         self.problems = max(1, int(problems))
         self.stats.clear()
         self.reasons.clear()
+        self.calls.clear()
 
     def take_stats(self) -> dict:
         """{problem: {counter: n, ..., "errors": [reasons]}} of the run since `begin`."""
-        out = {p: {**{k: int(c[k]) for k in COUNTERS}, "errors": self.reasons.get(p, [])}
-               for p, c in self.stats.items()}
+        out = {p: {**{k: int(c[k]) for k in COUNTERS}, "errors": self.reasons.get(p, []),
+                   "calls": self.calls.get(p, [])} for p, c in self.stats.items()}
         self.begin(self.problems)
         return out
 
@@ -182,7 +184,13 @@ class RemoteHost:
             body["return_token_ids"] = True
         return self._sampling(body, scfg, max_new, seed, greedy)
 
-    def _count(self, problem: int, answer) -> None:
+    def _count(self, problem: int, answer, name: str) -> None:
+        usage = (answer.body or {}).get("usage") or {}
+        choice = ((answer.body or {}).get("choices") or [{}])[0]
+        self.calls[problem].append({"name": name, "prompt_tokens": usage.get("prompt_tokens"),
+                                    "completion_tokens": usage.get("completion_tokens"),
+                                    "finish_reason": choice.get("finish_reason") if answer.ok else "failed",
+                                    "cached": answer.cached})
         c = self.stats[problem]
         c["requests"] += 1
         c["cached"] += answer.cached
@@ -229,7 +237,7 @@ class RemoteHost:
         stopped = np.zeros((r,), bool)
         for row, answer in zip(where, answers):
             problem = (row // m) * self.problems // b
-            self._count(problem, answer)
+            self._count(problem, answer, name)
             if not answer.ok:
                 continue
             ids, finish, p_tok, c_tok, empty = self._read(answer.body)
@@ -269,7 +277,7 @@ class RemoteHost:
         logits = np.zeros((b, self.vocab), np.float32)
         for i, answer in zip(where, answers):
             problem = i * self.problems // b
-            self._count(problem, answer)
+            self._count(problem, answer, name + ".rating_read")
             logits[i] = MISSING_LOGIT
             top = self._top_logprobs(answer.body) if answer.ok else {}
             for tid, lp in top.items():
