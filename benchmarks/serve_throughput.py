@@ -12,13 +12,15 @@ Serve: `prd-jax serve --model smollm2-135m` runs as a subprocess (JAX_PLATFORMS 
 process, else cpu) with `--max-batch-rows` / `--batch-wait-ms`; once `GET /health` answers
 200, `--concurrency` threads, each with its own `openai.OpenAI` client (the official
 package; no retries), take the requests in order and send them as
-`chat.completions.create(..., max_tokens, temperature=1.0, seed=i)`. Warm-up: one full
-untimed pass of the same requests (`--warmup-requests`, default all of them). The engine
-compiles one program per (batch bucket, prompt bucket) it meets, and which batches form
-depends on when requests arrive, so a smaller pass would compile only some of the shapes
-the timed pass meets; an identical pass reproduces its arrival pattern most closely.
-Compiles that still happen in the timed pass (the server's "sampler: compiling" log lines)
-are reported as `serve_compiles_timed`. Useful tokens are the server's
+`chat.completions.create(..., max_tokens, temperature=1.0, seed=i)`. Warm-up: one untimed
+round of `--warmup-requests` (default `--concurrency`: one request per client) before the
+timed pass. The engine compiles one program per (batch bucket, prompt bucket) it meets, and
+which batches form depends on when requests arrive: even an identical full warm-up pass
+left new shapes for the timed pass (16 requests, 8 clients: 3 compiles in the timed pass),
+while doubling the run. One round compiles the shapes of the first convoy of requests; the
+compiles left in the timed pass (the server's "sampler: compiling" log lines) are a cost
+this server pays under load, so they stay in the timing and are reported as
+`serve_compiles_timed` with their shapes. Useful tokens are the server's
 `usage.completion_tokens` (stop token included); the rate is their sum over the timed
 pass's wall time (first request sent to last answer received). The server is then stopped
 (SIGTERM, then wait).
@@ -245,12 +247,14 @@ def main():
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms")
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free one")
     parser.add_argument("--warmup-requests", type=int, default=None,
-                        help="requests in the untimed warm-up pass (default: all; 0 = none)")
+                        help="requests in the untimed warm-up round (default: --concurrency; 0 = none)")
     parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /health")
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="seconds one request may take")
     args = parser.parse_args()
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped and its log removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.warmup_requests is None:
-        args.warmup_requests = args.requests
+        args.warmup_requests = min(args.concurrency, args.requests)
 
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)

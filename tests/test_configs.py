@@ -115,8 +115,11 @@ def test_paper_numbers(path, arg):
     assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b-instruct-2507")
     if c.stage == "sft":
         assert c.model.init == "pretrained" and c.data.source == "jsonl"
-        assert c.data.seq_len == 16384
-        assert c.optim.learning_rate == 1e-5 and c.optim.warmup_steps > 0
+        # PDR App. B.3: 2M-token batches of 32768-token sequences, lr 2e-5, 8B tokens
+        assert c.data.seq_len == 32768 and c.batch_size * c.data.seq_len == 2 ** 21
+        assert c.optim.learning_rate == 2e-5 and c.optim.warmup_steps > 0
+        assert c.steps == math.ceil(8e9 / 2 ** 21) == 3815
+        assert c.optim.warmup_steps + c.optim.decay_steps == c.steps
         assert c.grad_accum_steps > 1
     elif "qwen3_4b" in os.path.basename(path):  # V1 PairRL / PointRL and their RL baseline (V1 §5)
         rl = RLConfig.from_config(c)

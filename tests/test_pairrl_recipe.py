@@ -32,21 +32,21 @@ TINY = ["--config.model.overrides.hidden=32", "--config.model.overrides.intermed
 def test_constant_normaliser_hand_computed():
     x = jnp.array([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]])
     w = jnp.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
-    # sum = 1 + 2 + 3 + 4 = 10; two live sequences (the third has no weight) x T = 4 -> 8
+    # sum = 1 + 2 + 3 + 4 = 10; three rows (the third, of no weight, counts too: a constant) x T = 4 -> 12
     s, c = aggregate(x, w, "seq_mean_token_sum_norm")
-    assert (float(s), float(c)) == (10.0, 8.0)
+    assert (float(s), float(c)) == (10.0, 12.0)
     s, c = aggregate(x, w, "seq_mean_token_sum_norm", norm_tokens=16)  # e.g. the max generation length
-    assert (float(s), float(c)) == (10.0, 32.0)
+    assert (float(s), float(c)) == (10.0, 48.0)
     # token mean divides by the 4 valid tokens, seq-mean-token-mean by 2 sequences of means 2 and 4
     assert [float(v) for v in aggregate(x, w, "token_mean")] == [10.0, 4.0]
     assert [float(v) for v in aggregate(x, w, "seq_mean_token_mean")] == [6.0, 2.0]
     # the denominator ignores lengths: a longer first sequence changes only the sum
     w_long = w.at[0, 3].set(1.0)
-    assert float(aggregate(x, w_long, "seq_mean_token_sum_norm")[1]) == 8.0
+    assert float(aggregate(x, w_long, "seq_mean_token_sum_norm")[1]) == 12.0
     assert float(aggregate(x, w_long, "token_mean")[1]) == 5.0
     # (sum, count) stays exact under accumulation: two microbatches add up to the whole
     parts = [aggregate(x[i:i + 1], w[i:i + 1], "seq_mean_token_sum_norm") for i in range(3)]
-    assert sum(float(p[0]) for p in parts) == 10.0 and sum(float(p[1]) for p in parts) == 8.0
+    assert sum(float(p[0]) for p in parts) == 10.0 and sum(float(p[1]) for p in parts) == 12.0
 
 
 def test_constant_normaliser_through_the_policy_loss():

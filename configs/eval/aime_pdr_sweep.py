@@ -21,12 +21,22 @@ Command to run:
     prd-jax eval --config configs/eval/aime_pdr_sweep.py:v5p-128 --workdir gs://.../aime_sweep \
         --config.model_path=/ckpts/Qwen3-8B
 
-Expected: the paper reports PDR above Long-CoT at matched B_seq on AIME 2024/2025 with
-8B-scale models. Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most
-4.5e9 generated tokens; roofline 25 h on a v5p-128, 129 h on 8xH200 (a floor).
+Fig. 3's largest sequential budget, B_seq = 49k, is out of reach here: one Long-CoT call of
+49k tokens does not fit Qwen3-8B's 40,960 positions, so this grid stops at 24k per call (and
+configs/eval/pdr_matched_bseq.py at 32k of Long-CoT). For that point see the o3-mini config,
+configs/eval/o3mini_fig3_matched_bseq.py (an API model without this context limit).
+
+Expected (paper, abstract): "iterative pipelines surpass single-pass baselines at matched
+sequential budgets, with PDR delivering the largest gains (e.g., +11% on AIME 2024 and +9%
+on AIME 2025)" (that sentence names no model); for Qwen3-8B's grid the paper gives no figure
+we could verify; ours: not yet run. Runtime ESTIMATE (`prd-jax compile --estimate`, not
+measured): at most 4.5e9 generated tokens; roofline 25 h on a v5p-128, 129 h on 8xH200 (a
+floor).
 """
 
 import ml_collections
+
+from prd_jax.operators.specs import with_thinking
 
 
 ARGS = ("v5p-128", "8xh200")
@@ -70,4 +80,9 @@ def get_config(arg=None):
                                 max_new_tokens=budget, candidate_max_tokens=cap, truncation_head=cap // 4,
                                 **ranker))
     c.operators = ops
+    # Qwen3-8B thinks in every call: each call role's budget is split into a thinking budget
+    # and an answer budget (ours, the paper gives no split: 2048 answer tokens per call, 1024
+    # of the summary's kappa, 256 of a judge's budget), the block force-closed at its budget.
+    c.enable_thinking = True
+    c.operators = with_thinking(c.operators, answer_tokens=2048, summary_answer_tokens=1024, judge_answer_tokens=256)
     return c

@@ -20,9 +20,9 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/gemini25flash_fig3_matched_bseq.py:aime2025 \
         --workdir runs/gemini25flash_fig3_matched_bseq_aime2025
 
-Expected (paper): PDR above Long-CoT at matched B_seq. The abstract puts PDR's largest gains
-over single-pass baselines at matched sequential budget at +11% on AIME 2024 and +9% on
-AIME 2025 (that sentence names no model). A third-party summary of Fig. 3
+Expected (paper, abstract): "iterative pipelines surpass single-pass baselines at matched
+sequential budgets, with PDR delivering the largest gains (e.g., +11% on AIME 2024 and +9%
+on AIME 2025)" (that sentence names no model). A third-party summary of Fig. 3
 (samot-gc.github.io/summaries-with-sam, "Rethinking Thinking") reads gemini-2.5-flash's PDR
 as slightly above Long-CoT at 24k with a wider gap at 16k, and SR below Long-CoT; it gives
 no figure for Gemini, and the paper gives no figure we could verify. Ours: not yet run.

@@ -1,4 +1,4 @@
-"""PDR paper Fig. 6 (arXiv 2510.01123 §4.3) with gemini-2.5-flash through Gemini's
+"""PDR paper Fig. 6 (arXiv 2510.01123 §4.1 and App. D.1) with gemini-2.5-flash through Gemini's
 OpenAI-compatible API: oracle workspaces (correct-only / incorrect-only drafts) against
 random-k on AIME 2024 or AIME 2025.
 
@@ -18,9 +18,9 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/gemini25flash_fig6_oracle.py:aime2025 \
         --workdir runs/gemini25flash_fig6_oracle_aime2025
 
-Expected: the paper gives no figure we could verify; ours: not yet run. The in-graph
-counterpart (configs/eval/pdr_oracle_workspaces.py) expects correct-only workspaces well
-above random-k and incorrect-only ones below it.
+Expected (paper, §4.1 and App. D.1): correct-only workspaces "improve over Random-k". For
+the incorrect-only rows and for gemini-2.5-flash's values the paper gives no figure we could
+verify; ours: not yet run. The in-graph counterpart is configs/eval/pdr_oracle_workspaces.py.
 """
 
 import os

@@ -37,10 +37,10 @@ then (vLLM serves on port 8000; SGLang's default port is 30000, so add
 A forced rating (a judge that wrote no rating tag) reads the server's top 20 log-probabilities
 of the next token: vLLM must allow 20 (`--max-logprobs 20`; `backend.rating_top_logprobs`).
 
-Expected (paper): pairwise_v1 above self_pointwise, rising with the judge budget; V1's
-abstract reports V1-Infer up to 10% Pass@1 above pointwise verification (over its
-benchmarks and models). For GPT-OSS-20B on AIME 2025 or HumanEval the paper gives no figure
-we could verify; ours: not yet run.
+Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
+verification" (over its benchmarks and models). For GPT-OSS-20B on AIME 2025 or HumanEval,
+and for how accuracy moves with the judge budget, the paper gives no figure we could verify;
+ours: not yet run.
 """
 
 import ml_collections

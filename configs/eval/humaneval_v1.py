@@ -8,10 +8,10 @@ B_total, judge_unparsed as for math. `results.jsonl` rows carry task, passed, to
 CPU default (SmolLM2-135M-Instruct from the wheel, first `num_problems` problems, k = 1,
 N = 2, 48-token budgets: checks the pipeline, the model is too small to pass tests):
     prd-jax eval --config configs/eval/humaneval_v1.py --config.num_problems=4 --workdir /tmp/he_v1
-Expected runtime: 19m26s on 2 busy, shared CPU cores (2026-12-01; one compile per operator,
-most of it compiling), 20 rows, pass@1 0.000 for every operator (SmolLM2-135M in 48 tokens
-passes some asserts, e.g. 3/7 on HumanEval/0, but no problem fully); judge unparsed 8 per
-judged operator (its ratings are forced).
+Expected (the paper gives no figure; ours, measured): runtime 19m26s on 2 busy, shared CPU
+cores (2026-12-01; one compile per operator, most of it compiling), 20 rows, pass@1 0.000 for
+every operator (SmolLM2-135M in 48 tokens passes some asserts, e.g. 3/7 on HumanEval/0, but no
+problem fully); judge unparsed 8 per judged operator (its ratings are forced).
 
 Paper scale (the arg is a model alias; the V1 paper's is Qwen3-4B-Instruct-2507): all 164
 problems, k = 4 (pass@1 and pass@4), N = 16, pairwise budget m*N with m in {1, 2, 3},
@@ -21,6 +21,8 @@ code sampling T = 0.6, top-p 0.95 (V1 §4); for accelerators:
 """
 
 import ml_collections
+
+from prd_jax.operators.specs import with_thinking
 
 PAPER_MODELS = ("qwen3-4b-instruct-2507", "qwen3-4b", "qwen3-8b")
 
@@ -64,4 +66,9 @@ def get_config(arg=None):
     ops.append(dict(type="pdr", schedule=(2, 1) if cpu else (8, 4, 1), distill="shared_topk", k=2 if cpu else 4,
                     selector="random", kappa=gen, **common))
     c.operators = ops
+    if arg in ("qwen3-4b", "qwen3-8b"):  # thinking models: thinking + answer budgets per call role (ours)
+        c.enable_thinking = True
+        c.operators = with_thinking(ops, answer_tokens=2048, summary_answer_tokens=2048, judge_answer_tokens=256)
+    elif arg is not None:  # Qwen3-4B-Instruct-2507 writes no thinking block: nothing to force
+        c.enable_thinking = False
     return c

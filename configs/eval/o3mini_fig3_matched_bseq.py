@@ -19,9 +19,10 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/o3mini_fig3_matched_bseq.py:aime2025 \
         --workdir runs/o3mini_fig3_matched_bseq_aime2025
 
-Expected (paper): SR and PDR above Long-CoT at matched B_seq. The abstract puts PDR's
-largest gains over single-pass baselines at matched sequential budget at +11% on AIME 2024
-and +9% on AIME 2025 (that sentence names no model). A third-party summary of Fig. 3
+Expected (paper, abstract): SR "provides performance superior to long CoT", and
+"iterative pipelines surpass single-pass baselines at matched sequential budgets, with PDR
+delivering the largest gains (e.g., +11% on AIME 2024 and +9% on AIME 2025)"
+(that sentence names no model). A third-party summary of Fig. 3
 (samot-gc.github.io/summaries-with-sam, "Rethinking Thinking") reads o3-mini on AIME 2024 at
 a 24k sequential budget as 77.5% for Long-CoT against 86.5% for PDR; we could not check that
 figure against the paper's own text. Ours: not yet run.

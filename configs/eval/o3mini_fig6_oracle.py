@@ -1,5 +1,6 @@
-"""PDR paper Fig. 6 (arXiv 2510.01123 §4.3) with o3-mini through the OpenAI API: oracle
-workspaces (correct-only / incorrect-only drafts) against random-k on AIME 2024 or AIME 2025.
+"""PDR paper Fig. 6 (arXiv 2510.01123 §4.1 and App. D.1) with o3-mini through the OpenAI
+API: oracle workspaces (correct-only / incorrect-only drafts) against random-k on AIME 2024
+or AIME 2025.
 
 Rows (`api_rows.fig6`): PDR (8, 4, 1), 8k tokens per call, whose shared top-2 workspace
 admits only the drafts the grader marks correct (`oracle_correct`) or incorrect
@@ -17,9 +18,9 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/o3mini_fig6_oracle.py:aime2025 \
         --workdir runs/o3mini_fig6_oracle_aime2025
 
-Expected: the paper gives no figure we could verify; ours: not yet run. The in-graph
-counterpart (configs/eval/pdr_oracle_workspaces.py) expects correct-only workspaces well
-above random-k and incorrect-only ones below it.
+Expected (paper, §4.1 and App. D.1): correct-only workspaces "improve over Random-k". For
+the incorrect-only rows and for o3-mini's values the paper gives no figure we could verify;
+ours: not yet run. The in-graph counterpart is configs/eval/pdr_oracle_workspaces.py.
 """
 
 import os

@@ -18,9 +18,10 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/o3mini_table2_distill.py:aime2025 \
         --workdir runs/o3mini_table2_distill_aime2025
 
-Expected: the paper gives no figure we could verify; ours: not yet run. The in-graph
-counterpart (configs/eval/pdr_distill_variants.py) expects global summary and per-sample
-top-k ahead of random-k.
+Expected (paper, §4.1 and Table 2): "for o3-mini on AIME 2025, global summary outperforms";
+the margins between the variants widen at larger thinking budgets. The table's values we
+could not verify; ours: not yet run. The in-graph counterpart, over a budget ladder on both
+years, is configs/eval/pdr_distill_variants.py.
 """
 
 import os

@@ -1,5 +1,5 @@
-"""PDR paper Figs. 6 and 8 (arXiv 2510.01123 §4.3): what the workspace holds matters. Oracle
-selection with the gold answer: correct-only or incorrect-only workspaces, against the
+"""PDR paper Figs. 6 and 8 (arXiv 2510.01123 §4.1 and App. D.1): what the workspace holds.
+Oracle selection with the gold answer: correct-only or incorrect-only workspaces, against the
 model's own ranking and random-k, for top-k workspaces and for a global summary.
 
 Qwen3-8B, AIME 2024, PDR (8, 4, 1), 8k tokens per call, mean@16:
@@ -16,13 +16,15 @@ Command to run:
         --config.model_path=/ckpts/Qwen3-8B
 Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 3.9e8 generated
 tokens; roofline 1.3 h on a v5p-128, 6.9 h on 8xH200 (a floor).
-Expected (paper): correct-only workspaces lift accuracy well above the model's own
-selection; incorrect-only workspaces drag it below Long-CoT.
+Expected (paper, §4.1 and App. D.1): correct-only workspaces "improve over Random-k". For
+the incorrect-only workspaces, the model's own ranking and the global-summary rows the paper
+gives no figure we could verify; ours: not yet run.
 """
 
 import os
 
 from prd_jax.config_io import load_config
+from prd_jax.operators.specs import with_thinking
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
@@ -39,4 +41,9 @@ def get_config(arg=None):
                    dict(COMMON, distill="random_k", k=2, selector="random")]
     c.operators += [dict(COMMON, distill="global_summary", kappa=2048, selector=s)
                     for s in ("random", "oracle_correct", "oracle_incorrect")]
+    # Qwen3-8B thinks in every call: each call role's budget is split into a thinking budget
+    # and an answer budget (ours, the paper gives no split: 2048 answer tokens per call, 1024
+    # of the summary's kappa, 256 of a judge's budget), the block force-closed at its budget.
+    c.enable_thinking = True
+    c.operators = with_thinking(c.operators, answer_tokens=2048, summary_answer_tokens=1024, judge_answer_tokens=256)
     return c

@@ -4,10 +4,10 @@ Command to run:
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval_gsm8k \
         --config.num_problems=4
 
-Expected: about 4.5 minutes on 2 CPU cores for the default 4 problems, k=1 (measured
-2026-11-29: 4m27s wall, compile included). SmolLM2-135M scores 0/4 on this slice at these
-budgets for all three operators (mean B_seq / B_total: long_cot 292/292, sr 524/524,
-pdr 636/1216); the point here is the pipeline and the budget accounting, not accuracy.
+Expected (the paper gives no figure; ours): about 4.5 minutes on 2 CPU cores for the default 4
+problems, k=1 (measured 2026-11-29: 4m27s wall, compile included). SmolLM2-135M scores 0/4 on
+this slice at these budgets for all three operators (mean B_seq / B_total: long_cot 292/292, sr
+524/524, pdr 636/1216); the point here is the pipeline and the budget accounting, not accuracy.
 """
 
 import ml_collections

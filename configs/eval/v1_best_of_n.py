@@ -15,14 +15,18 @@ CPU smoke run (SmolLM2-135M, 2 GSM8K problems, N=4, tiny budgets):
 Runtime ESTIMATE at pod scale (`prd-jax compile --estimate`, not measured): at most 7.7e8
 generated tokens; roofline 4.3 h on a v5p-128, 22 h on 8xH200 (a floor).
 
-Expected: the paper reports pairwise_v1 above pointwise and majority at equal N, rising
-with m. The smoke run took 12m57s on 2 busy CPU cores (2026-11-30; one compile per
-operator) and only checks the pipeline: SmolLM2-135M does not write rating tags within
-16 judge tokens, so all its ratings are forced (8 "judge unparsed" per judged operator:
-4 pairwise calls x 2 problems), and it scores 0/2 except RSA+prune at 1/2.
+Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
+verification"; against majority voting, per m, and for Qwen3-8B the paper gives no figure
+we could verify; ours: not yet run at pod scale. The smoke run took 12m57s on 2 busy CPU
+cores (2026-11-30; one compile per operator) and only checks the pipeline: SmolLM2-135M
+does not write rating tags within 16 judge tokens, so all its ratings are forced (8 "judge
+unparsed" per judged operator: 4 pairwise calls x 2 problems), and it scores 0/2 except
+RSA+prune at 1/2.
 """
 
 import ml_collections
+
+from prd_jax.operators.specs import with_thinking
 
 
 ARGS = ("smoke", "v5p-128", "8xh200")
@@ -77,4 +81,9 @@ def get_config(arg=None):
         ops.append(dict(type="rsa", population=n, subset=2, loops=1, prune_every=1, keep=2,
                         judge=judge, **common))
     c.operators = ops
+    # Qwen3-8B thinks in every call: each call role's budget is split into a thinking budget
+    # and an answer budget (ours, the paper gives no split: 2048 answer tokens per call, 1024
+    # of the summary's kappa, 256 of a judge's budget), the block force-closed at its budget.
+    c.enable_thinking = True
+    c.operators = with_thinking(c.operators, answer_tokens=2048, summary_answer_tokens=1024, judge_answer_tokens=256)
     return c

@@ -12,12 +12,16 @@ Command to run:
         --config.model_path=/ckpts/Qwen3-8B
 Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 4.0e8 generated
 tokens; roofline 2.0 h on a v5p-128, 10.1 h on 8xH200 (a floor).
-Expected (paper): Swiss above random pairing at each m, approaching round-robin by m = 3.
+Expected: the paper gives no figure we could verify for this ablation; ours: not yet run.
+(V1's abstract, for V1-Infer as a whole: "an uncertainty-guided algorithm using a
+tournament-based ranking that dynamically allocates self-verification compute to candidate
+pairs whose relative correctness is most uncertain".)
 """
 
 import os
 
 from prd_jax.config_io import load_config
+from prd_jax.operators.specs import with_thinking
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = ("v5p-128", "8xh200")
@@ -32,4 +36,9 @@ def get_config(arg=None):
     c.operators = [dict(COMMON, selector=s, judge=dict(JUDGE, budget_multiple=m))
                    for m in (1, 2, 3) for s in ("pairwise_v1", "pairwise_random")]
     c.operators.append(dict(COMMON, selector="round_robin", judge=JUDGE))
+    # Qwen3-8B thinks in every call: each call role's budget is split into a thinking budget
+    # and an answer budget (ours, the paper gives no split: 2048 answer tokens per call, 1024
+    # of the summary's kappa, 256 of a judge's budget), the block force-closed at its budget.
+    c.enable_thinking = True
+    c.operators = with_thinking(c.operators, answer_tokens=2048, summary_answer_tokens=1024, judge_answer_tokens=256)
     return c

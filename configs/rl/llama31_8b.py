@@ -2,13 +2,13 @@
 PDR paper's (arXiv 2510.01123) RL recipe, objective from §3.3 and setup from §4.2. Paper
 scale: pods only. Same recipe as configs/rl/qwen3_8b.py; only the model differs.
 
-The recipe is the PDR paper's for Qwen3-8B (configs/rl/qwen3_8b.py, which says what is the
-paper's and what is ours): CISPO plus the auxiliary SFT term on correct rollouts (alpha =
-0.1), temperature 1.0 and top-p 1.0, App. B.3's learning rate 5e-7 for 800 steps; CISPO's
-importance weight clipped from above only (1 + eps_high = 1.28). Running it on Llama, and
-from the Instruct checkpoint (configs/sft/llama31_8b.py), is our choice.
-`rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so operator RL
-(configs that roll out PDR) can share these shapes.
+The recipe is the PDR paper's for "an 8B base model" (configs/rl/qwen3_8b.py, which runs it on
+Qwen3-8B, our choice, and says what is the paper's and what is ours): CISPO plus the auxiliary
+SFT term on correct rollouts (alpha = 0.1), temperature 1.0 and top-p 1.0, App. B.3's learning
+rate 5e-7 for 800 steps; CISPO's importance weight clipped from above only (1 + eps_high =
+1.28). Running it on Llama, and from the Instruct checkpoint (configs/sft/llama31_8b.py), is
+our choice. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so
+operator RL (configs that roll out PDR) can share these shapes.
 
 Data: `data.source` names a problem set of `prd_jax.data.paths.DATASETS` ({id, problem,
 answer} JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k_train" is a placeholder: the
@@ -42,7 +42,8 @@ Why one node is not enough: the whole rollout batch is sampled in one compiled c
 its bf16 KV cache is 1024 rows x 26624 slots x 128 KiB (32 layers x 8 kv heads x 128 x
 k,v) = 3.6 TB: 56 GB per device on v5p-128 or on 64 H200, 447 GB per GPU on one node.
 
-Expected (an ESTIMATE, not measured: no run at this scale has been made):
+Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
+been made):
 - rollout: each decode step reads the device's whole KV cache (56 GB at 2.76 TB/s on v5p:
   >= 20 ms), so 16384 steps take >= 5.5 min; with FSDP weight gathers, ~10-20 min on
   v5p-128; on 64 H200 (4.8 TB/s) >= 3.2 min, ~6-12 min.

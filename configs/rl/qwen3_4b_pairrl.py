@@ -35,6 +35,9 @@ MINIBATCHES = 4  # ours (see the docstring); divides every grad_accum_steps belo
 def get_config(arg=None):
     c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{arg}")  # every rl knob spelled out
     c.model.name = "qwen3-4b-instruct-2507"
+    # Qwen3-4B-Instruct-2507 writes no thinking block: thinking off, so no call role has a
+    # thinking budget to split (generator and verifier rows are trained as written)
+    c.model.overrides.enable_thinking = False
     c.model.init = "pretrained"
     c.model.path = "/path/to/Qwen3-4B-Instruct-2507"  # placeholder: override with --config.model.path
     c.rl.prompts_per_step = 64

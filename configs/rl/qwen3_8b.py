@@ -5,16 +5,16 @@ pods only. The PDR-RL configs (qwen3_8b_pdr.py, qwen3_8b_continual_pdr.py) and t
 
 From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1, §3.3),
 temperature 1.0 and top-p 1.0, and App. B.3's learning rate 5e-7 for 800 steps; the policy
-starts from the SFT stage, which starts from the base model Qwen3-8B-Base
-(configs/sft/qwen3_8b.py). Not stated in the paper as far as we found, so our choices: the batch
-(32 prompts x 32 rollouts = 1024 sequences), the 16k-token generation budget, group-
-normalised (GRPO) advantages, token-mean aggregation, one on-policy update per batch, no KL
-term, 10 warmup steps then a constant rate, and the aux SFT normaliser (mean over correct-
-rollout tokens, `rl.aux_sft_normaliser`, see `train.rl.RLConfig`). CISPO's importance
-weight is clipped from above only, at 1 + eps_high = 1.28 (MiniMax-M1, arXiv 2506.13585,
-§3.1; eps_high is our choice); eps_low = 0.2 acts only when rl.cispo_lower_clip is True.
-`rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so operator RL
-(configs that roll out PDR) can share these shapes.
+starts from the SFT stage, which starts from a base model (configs/sft/qwen3_8b.py). The paper
+trains "an 8B base model"; that it is Qwen3-8B(-Base) is our choice. Not stated in the paper as
+far as we found, so our choices: the batch (32 prompts x 32 rollouts = 1024 sequences), the
+16k-token generation budget, group-normalised (GRPO) advantages, token-mean aggregation, one
+on-policy update per batch, no KL term, 10 warmup steps then a constant rate, and the aux SFT
+normaliser (mean over correct-rollout tokens, `rl.aux_sft_normaliser`, see
+`train.rl.RLConfig`). CISPO's importance weight is clipped from above only, at 1 + eps_high =
+1.28 (MiniMax-M1, arXiv 2506.13585, §3.1; eps_high is our choice); eps_low = 0.2 acts only when
+rl.cispo_lower_clip is True. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in
+the prompt, so operator RL (configs that roll out PDR) can share these shapes.
 
 Data: `data.source` names a problem set of `prd_jax.data.paths.DATASETS` ({id, problem,
 answer} JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k_train" is a placeholder: the
@@ -46,7 +46,8 @@ Why one node is not enough: the whole rollout batch is sampled in one compiled c
 its bf16 KV cache is 1024 rows x 26624 slots x 144 KiB (36 layers x 8 kv heads x 128 x
 k,v) = 4.0 TB: 63 GB per device on v5p-128 or on 64 H200, 503 GB per GPU on one node.
 
-Expected (an ESTIMATE, not measured: no run at this scale has been made):
+Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
+been made):
 - rollout: each decode step reads the device's whole KV cache (63 GB at 2.76 TB/s on v5p:
   >= 23 ms), so 16384 steps take >= 6 min; with FSDP weight gathers, ~10-20 min on
   v5p-128; on 64 H200 (4.8 TB/s) >= 3.6 min, ~6-12 min.
@@ -82,6 +83,9 @@ def get_config(arg=None):
                          "(e.g. --config configs/rl/qwen3_8b.py:v5p-128)")
     c = load_config(f"{SFT}:{arg}")  # same model, tokenizer, dtypes and mesh as the SFT stage
     c.stage = "rl"
+    # Qwen3 thinks (the chat template's default, stated): standard rollouts are trained as the
+    # policy wrote them, so they get no forced end of thinking (forced tokens are no samples)
+    c.model.overrides.enable_thinking = True
     c.model.init = "checkpoint"
     c.model.init_workdir = ""  # required: the SFT run's workdir (--config.model.init_workdir=...)
     c.data = ml_collections.ConfigDict(dict(

@@ -1,8 +1,8 @@
 """Baseline RL for the PDR paper's comparison (arXiv 2510.01123 §4.2, Table 3 "RL" rows):
-Qwen3-8B, standard long-trace rollouts only, the recipe of configs/rl/qwen3_8b.py (CISPO +
-aux SFT alpha = 0.1; learning rate 5e-7 for 800 steps, App. B.3, the same as PDR-RL's so the
-two differ only in their rollouts) with every operator and verifier knob spelled out (all
-off).
+Qwen3-8B (our choice of the paper's "8B base model"), standard long-trace rollouts only, the
+recipe of configs/rl/qwen3_8b.py (CISPO + aux SFT alpha = 0.1; learning rate 5e-7 for 800
+steps, App. B.3, the same as PDR-RL's so the two differ only in their rollouts) with every
+operator and verifier knob spelled out (all off).
 
 Command to run (see configs/rl/qwen3_8b.py for hardware, meshes and the runtime ESTIMATE):
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b_baseline.py:v5p-128 \\

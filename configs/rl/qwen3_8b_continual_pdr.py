@@ -9,8 +9,8 @@ Command to run:
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b_continual_pdr.py:v5p-128 \\
         gs://BUCKET/rl_continual --config.model.init_workdir=gs://BUCKET/rl_baseline \\
         --config.model.path=/data/Qwen3-8B-Base
-Expected: as configs/rl/qwen3_8b_pdr.py per step (an ESTIMATE); the run refuses an
-init_workdir that is not a baseline RL run.
+Expected (the paper gives no figure; ours): as configs/rl/qwen3_8b_pdr.py per step (an
+ESTIMATE); the run refuses an init_workdir that is not a baseline RL run.
 """
 
 import os

@@ -1,9 +1,10 @@
 """Operator-consistent PDR-RL (arXiv 2510.01123 §3.3, §4.2, Table 3 "PDR-RL" rows): Qwen3-8B
-from the SFT checkpoint (SFT from Qwen3-8B-Base, configs/sft/qwen3_8b.py); each step's 32
-prompts are split 50/50 between standard rollouts and PDR-round rollouts (M = 4 drafts,
-shared top-k = 2 forwarded, one refine) run by the eval operator; the refine completions are
-trained (workspace and template masked). Recipe (configs/rl/qwen3_8b.py): CISPO + aux SFT
-(alpha = 0.1), learning rate 5e-7 for 800 steps (App. B.3).
+(our choice of the paper's "8B base model") from the SFT checkpoint (SFT from Qwen3-8B-Base,
+configs/sft/qwen3_8b.py); each step's 32 prompts are split 50/50 between standard rollouts and
+PDR-round rollouts (M = 4 drafts, shared top-k = 2 forwarded, one refine) run by the eval
+operator; the refine completions are trained (workspace and template masked). Recipe
+(configs/rl/qwen3_8b.py): CISPO + aux SFT (alpha = 0.1), learning rate 5e-7 for 800 steps (App.
+B.3).
 
 Top-k is ranked, not random: `selector="self_pointwise"`, the policy itself rates each draft
 1-10 (model-based ranking, as the paper's top-k; `pairwise_v1`, our V1 extension, is the
@@ -47,6 +48,11 @@ def get_config(arg=None):
     c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{arg}")  # validates arg
     c.rl.operator_fraction = 0.5
     c.rl.operator = dict(schedule=(4, 1), distill="shared_topk", k=2, selector="self_pointwise",
-                         judge=dict(domain="math", max_new_tokens=JUDGE_TOKENS), max_new_tokens=16384,
-                         candidate_max_tokens=4096, truncation_head=1024, kappa=2048)
+                         judge=dict(domain="math", max_new_tokens=JUDGE_TOKENS, think_budget=JUDGE_TOKENS // 2),
+                         max_new_tokens=16384, candidate_max_tokens=4096, truncation_head=1024, kappa=2048,
+                         # thinking + answer budgets per call role (ours): drafts and the refine call
+                         # are trained as written (think_budget 0: no forced tokens in a trained
+                         # row); the judge and the summary, not trained, close their thinking at
+                         # half their budget and answer in the rest
+                         think_budget=0, kappa_think=1024)
     return c

@@ -10,9 +10,10 @@ strict pairing finds no pairs; point `model.init=pretrained` and real sizes at i
 Command to run:
     prd-jax train --config configs/rl/tiny_code_pairrl.py --workdir /tmp/rl_code_pairrl
 
-Expected: 2 steps in 3m00s with compilation on 2 busy, shared CPU cores (2026-12-01, measured
-before max_prompt_tokens went from 320 to 288); metrics.jsonl has reward/standard,
-verifier/reward (0.0 here: no strict pairs) and the rest of the PairRL metrics.
+Expected (the paper gives no figure; ours): 2 steps in 3m00s with compilation on 2 busy, shared
+CPU cores (2026-12-01, measured before max_prompt_tokens went from 320 to 288); metrics.jsonl
+has reward/standard, verifier/reward (0.0 here: no strict pairs) and the rest of the PairRL
+metrics.
 """
 
 import os

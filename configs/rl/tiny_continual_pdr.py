@@ -5,8 +5,9 @@ Command to run (after configs/sft/tiny.py and configs/rl/tiny.py):
     prd-jax train --config configs/rl/tiny_continual_pdr.py --workdir /tmp/rl_tiny_cont \
         --config.model.init_workdir=/tmp/rl_tiny
 
-Expected: the cost of configs/rl/tiny_pdr.py per step; the run's first step starts from the
-baseline RL run's final params (logged: "initialising params from ...").
+Expected (the paper gives no figure; ours): the cost of configs/rl/tiny_pdr.py per step; the
+run's first step starts from the baseline RL run's final params (logged: "initialising params
+from ...").
 """
 
 import os

@@ -11,10 +11,13 @@ Command to run (after configs/sft/tiny.py):
 
 Ablation knobs: --config.rl.verifier_threshold, --config.rl.verifier_coef (lambda),
 --config.rl.verifier_pairs_per_prompt, --config.rl.verifier_baseline (group | batch),
---config.rl.minibatches (must divide grad_accum_steps). Expected: 2 steps took 38 s with compilation on 2 idle
-CPU cores (the second 5 s; measured 2026-11-30). The SFT mix has judge traces, so the tiny model
+--config.rl.minibatches (must divide grad_accum_steps).
+
+Expected (the paper gives no figure; ours): 2 steps took 38 s with compilation on 2 idle CPU
+cores (the second 5 s; measured 2026-11-30). The SFT mix has judge traces, so the tiny model
 writes some rating tags: in that run verifier/reward was 0.19 while verifier/parse_failure_rate
-was 1.0 (a pair counts as unparsed when either of its two tags is missing; the reward is per tag).
+was 1.0 (a pair counts as unparsed when either of its two tags is missing; the reward is per
+tag).
 """
 
 import os

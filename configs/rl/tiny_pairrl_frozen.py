@@ -6,8 +6,8 @@ Command to run (after configs/sft/tiny.py):
     prd-jax train --config configs/rl/tiny_pairrl_frozen.py --workdir /tmp/rl_tiny_pairrl_frozen \
         --config.model.init_workdir=/tmp/sft_tiny
 
-Expected: tiny_pairrl.py's cost plus one more rollout of 4 prompts x 8 samples per step (not
-timed separately).
+Expected (the paper gives no figure; ours): tiny_pairrl.py's cost plus one more rollout of 4
+prompts x 8 samples per step (not timed separately).
 """
 
 import os

@@ -10,9 +10,9 @@ Command to run (after configs/sft/tiny.py):
 Ablation knobs: --config.rl.operator_fraction (mix ratio), --config.rl.operator.schedule (M),
 --config.rl.operator.k, --config.rl.operator.selector (random | self_pointwise | pairwise_v1 |
 oracle_correct), --config.rl.gradient_targets (refine | drafts_and_refine).
-Expected: 2 steps took 42 s with compilation on 2 idle CPU cores (the second 4 s; measured
-2026-11-30), so about a minute for 10 steps; metrics.jsonl has reward/standard,
-reward/operator, length/*, workspace_length and operator/b_seq per step.
+Expected (the paper gives no figure; ours): 2 steps took 42 s with compilation on 2 idle CPU
+cores (the second 4 s; measured 2026-11-30), so about a minute for 10 steps; metrics.jsonl has
+reward/standard, reward/operator, length/*, workspace_length and operator/b_seq per step.
 """
 
 import os

@@ -8,7 +8,8 @@ Command to run (after configs/sft/tiny.py):
     prd-jax train --config configs/rl/tiny_pointrl.py --workdir /tmp/rl_tiny_pointrl \
         --config.model.init_workdir=/tmp/sft_tiny
 
-Expected: about the cost of configs/rl/tiny_pairrl.py per step (not timed separately).
+Expected (the paper gives no figure; ours): about the cost of configs/rl/tiny_pairrl.py per
+step (not timed separately).
 """
 
 import os

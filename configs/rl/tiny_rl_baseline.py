@@ -6,7 +6,8 @@ Command to run (after configs/sft/tiny.py):
     prd-jax train --config configs/rl/tiny_rl_baseline.py --workdir /tmp/rl_tiny_v1_baseline \
         --config.model.init_workdir=/tmp/sft_tiny
 
-Expected: about configs/rl/tiny.py's cost per step (not timed separately).
+Expected (the paper gives no figure; ours): about configs/rl/tiny.py's cost per step (not timed
+separately).
 """
 
 import os

@@ -1,17 +1,19 @@
 """SFT of pretrained Llama-3.1-8B-Instruct on long chat traces written by a stronger model:
-the SFT stage before RL in the PDR paper (arXiv 2510.01123, §3.3 and §4.2). Paper scale:
-pods only. Same recipe as configs/sft/qwen3_8b.py; only the model differs. The paper's SFT
-starts from a base model (Qwen3-8B-Base, App. B.3); starting Llama from its Instruct
+the SFT stage before RL in the PDR paper (arXiv 2510.01123, §3.3, §4.2 and App. B.3). Paper
+scale: pods only. Same recipe as configs/sft/qwen3_8b.py (App. B.3's numbers: 2^21-token
+batches of 32768-token sequences, lr 2e-5, 8B tokens = 3815 steps; the schedule's shape,
+warm-up and minimum lr are ours, see there); only the model differs. The paper's SFT starts
+from "an 8B base model"; Llama-3.1-8B is our second model, and starting it from its Instruct
 checkpoint, whose tokenizer carries the Llama-3.1 chat template, is our choice (point
 --config.model.path at a Llama-3.1-8B base copy to follow the paper's pattern).
 
 The arg picks the hardware and with it the mesh (`MESHES`) and the gradient accumulation:
   v5p-128  64 TPU v5p chips (JAX sees 64 devices, 16 hosts x 4): "data=1,fsdp=16,tensor=4"
   8xh200   one node of 8 H200 GPUs (one process): "fsdp=2,tensor=4"
-Attention goes through XLA's dense `jax.nn.dot_product_attention`, which materialises
-[heads, T, T] fp32 scores; at T = 16384 tensor=4 keeps that to 8 heads (~9 GB per layer)
-per device. With all 32 heads on one device ("fsdp=8") it is ~34 GB, plus softmax
-buffers, which leaves too little of an H200's 141 GB.
+grad_accum_steps = batch_size / (data * fsdp): one 32768-token sequence per batch shard per
+microbatch (configs/sft/qwen3_8b.py computes it from the mesh). Attention runs in query
+blocks over a dense [T, T] mask per sequence; tensor=4 keeps each device to 8 of the 32
+query heads.
 
 Command to run (weights: a local copy of the HF repo meta-llama/Llama-3.1-8B-Instruct;
 traces: a directory with train.jsonl [+ validation.jsonl], see `prd_jax.data.chat_traces`):
@@ -29,16 +31,15 @@ each node; keep one sequence per (data, fsdp) shard per microbatch:
 (in general grad_accum_steps = batch_size / (data * fsdp)). Another TPU slice: set
 --config.mesh (e.g. data=2,fsdp=16,tensor=4 on v5p-256) and grad_accum_steps likewise.
 
-Settings: bf16 compute, fp32 params and AdamW state, remat per layer; sequences of 16384
-tokens, packed; 64 sequences (~1.05M tokens) per step; AdamW lr 1e-5, 50 warmup steps,
-cosine to 1e-6 at step 1000. The batch, step count and schedule are our choices, not
-numbers taken from the paper. Held-out eval is off (eval_every=0): `trainer.eval_loss`
-runs a whole global batch in one unsharded call, which does not fit at this size.
+Settings: bf16 compute, fp32 params and AdamW state, full remat per layer; sequences packed
+to 32768 tokens. Held-out eval is off (eval_every=0): `trainer.eval_loss` runs a whole global
+batch in one unsharded call, which does not fit at this size.
 
-Expected (an ESTIMATE, not measured: no run at this scale has been made): ~9.4e10 FLOPs
-per token (6 x 7.5B matmul params + dense 16k attention, x4/3 for remat), i.e. ~9.9e16
-FLOPs per step. Assuming 35% of peak bf16 FLOP/s: ~10 s per step (~100k tokens/s) on
-v5p-128, ~3 h for 1000 steps; ~36 s per step (~29k tokens/s) on one 8xH200 node, ~10 h.
+Expected (an ESTIMATE, not measured: no run at this scale has been made; the paper gives no
+SFT throughput): ~9.4e10 FLOPs per token (6 x 7.5B matmul params, plus causal 32k attention,
+6 x 32 layers x 4096 x 32768 / 2 x 2 = 2.6e10; x4/3 for remat), i.e. ~2.0e17 FLOPs per
+2^21-token step. Assuming 35% of peak bf16 FLOP/s: ~19 s per step (~110k tokens/s) on
+v5p-128, ~20 h for 3815 steps; ~72 s per step (~29k tokens/s) on one 8xH200 node, ~76 h.
 The compiled step's memory analysis is logged before the first step; check it there.
 """
 

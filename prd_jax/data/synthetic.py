@@ -356,10 +356,13 @@ JUDGE_RATINGS = (1, 10)  # (wrong, correct): the ends of V1's 1-10 scale
 
 
 def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templates: str = "default") -> dict:
-    """A pairwise judge trace (V1 paper §3) with no reasoning: candidates A and B (gold, or
-    corrupted where `wrong[i]`), then the forced-rating tags a judge with a zero reasoning
-    budget completes (`prompts.FORCED_PREFIXES`): 10 for a correct candidate, 1 for
-    a wrong one. Returns {id, candidates, wrong, prompt, response}."""
+    """A pairwise judge trace with no reasoning, in V1's pairwise self-verification format
+    (V1 paper §3: one prompt quotes both candidates, A and B, and the judge rates each 1-10,
+    closing with <rating_A>n</rating_A> <rating_B>n</rating_B>; the set's `pairwise`
+    template). Candidates are the gold solution, or corrupted where `wrong[i]`; the response
+    is the forced-rating tags a judge with a zero reasoning budget completes
+    (`prompts.FORCED_PREFIXES`, the forced read of V1-Infer, §4): 10 for a correct
+    candidate, 1 for a wrong one. Returns {id, candidates, wrong, prompt, response}."""
     _check_rng(rng)
     cands = [corrupt_solution(rng, problem) if w else problem["solution"] for w in wrong]
     prompt = prompts.render(prompts.template_set(templates)["pairwise"], problem=problem["problem"],

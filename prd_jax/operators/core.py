@@ -142,7 +142,7 @@ def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) ->
 
 @register_operator("sr", spec=SR)
 def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorResult:
-    """Sequential refinement (paper §3.1): solve, then refine the previous answer `rounds` times.
+    """Sequential refinement (paper §3.2.1): solve, then refine the previous answer `rounds` times.
 
     Every call is on the accepted path, so B_seq = B_total. With `ctx.trace`, one
     RoundTrace per call (M = 1), as Long-CoT and PDR return them.

@@ -32,8 +32,8 @@ SELECTORS = {
     "majority": "most frequent extracted answer (the task's answer key); no judge calls. A PDR "
                 "top-k holds the k candidates whose answers most candidates share, candidates "
                 "without an answer last (ours: the extractive form of the summary's agreements, §3.1)",
-    "oracle_correct": "ground truth admits only correct candidates (PDR §4.3, Figs. 6 and 8)",
-    "oracle_incorrect": "ground truth admits only incorrect candidates (PDR §4.3, Figs. 6 and 8)",
+    "oracle_correct": "ground truth admits only correct candidates (PDR §4.1, App. D.1, Figs. 6 and 8)",
+    "oracle_incorrect": "ground truth admits only incorrect candidates (PDR §4.1, App. D.1, Figs. 6 and 8)",
 }
 JUDGE_SELECTORS = ("self_pointwise", "pairwise_v1", "pairwise_random", "round_robin")  # make judge calls
 MODEL_SELECTORS = JUDGE_SELECTORS  # rank the candidates with judge calls
@@ -198,6 +198,30 @@ class Judge:
         return ",".join(p for p in parts if p)
 
 
+def with_thinking(entries, answer_tokens: int, summary_answer_tokens: int, judge_answer_tokens: int) -> list:
+    """Operator config entries with each call role's budget split into a thinking budget and
+    an answer budget (a thinking model: the sampler closes the thinking block at the thinking
+    budget, `sampling.force_think_end`). Generation calls keep `answer_tokens` of
+    `max_new_tokens` for the marker and the answer; the PDR summary keeps
+    `summary_answer_tokens` of `kappa`; a judge keeps `judge_answer_tokens` of its
+    reasoning budget. A budget no larger than its answer part gets no forced close (0).
+    Returns new dicts."""
+    out = []
+    for entry in entries:
+        e = dict(entry.to_dict() if hasattr(entry, "to_dict") else entry)
+        e["think_budget"] = max(0, e["max_new_tokens"] - answer_tokens)
+        if e.get("type") == "pdr":
+            e["kappa_think"] = max(0, e.get("kappa", PDR.kappa) - summary_answer_tokens)
+        judge = e.get("judge")
+        if judge is not None:
+            judge = dict(judge.to_dict() if hasattr(judge, "to_dict") else judge)
+            if judge.get("max_new_tokens", 0) > judge_answer_tokens:
+                judge["think_budget"] = judge["max_new_tokens"] - judge_answer_tokens
+            e["judge"] = judge
+        out.append(e)
+    return out
+
+
 def as_judge(value) -> Judge:
     """A Judge from a Judge or a dict of its fields (configs give dicts)."""
     if isinstance(value, Judge):
@@ -241,7 +265,7 @@ class LongCoT(OperatorSpec):
 
 @dataclasses.dataclass(frozen=True)
 class SR(OperatorSpec):
-    """Sequential refinement (PDR §3.1): one solve, then `rounds` refinements of the previous answer."""
+    """Sequential refinement (PDR §3.2.1): one solve, then `rounds` refinements of the previous answer."""
 
     rounds: int = 2
     error_analysis: bool = False
@@ -282,8 +306,8 @@ class PDR(OperatorSpec):
       ranker (`self_pointwise`, or `pairwise_v1`, our V1 extension) is the paper's top-k;
       `random` picks k uniformly at random, so the workspace is a random k (labelled
       `random-k`); `majority` (ours, no model calls) ranks by how many candidates share
-      each one's final answer; an oracle admits only (in)correct candidates (paper §4.3,
-      Figs. 6 and 8).
+      each one's final answer; an oracle admits only (in)correct candidates (paper §4.1
+      and App. D.1, Figs. 6 and 8).
     - `random_k`: each refine call draws its own k at random; no selector runs, so
       `selector` must be "random".
     - `global_summary`: one summary of at most `kappa` tokens over every candidate
@@ -303,7 +327,6 @@ class PDR(OperatorSpec):
     k: int = 2
     selector: str = "random"
     kappa: int = 256
-    kappa_think: int = 0  # > 0: the summary call's thinking is closed after this many of its kappa tokens
     max_new_tokens: int = 512
     candidate_max_tokens: int = 512
     truncation_head: int = 128
@@ -312,6 +335,7 @@ class PDR(OperatorSpec):
     summary_vote_counts: bool = False
     quote_thinking: bool = False
     think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`_check_think`)
+    kappa_think: int = 0  # > 0: the summary call's thinking is closed after this many of its kappa tokens
 
     TEMPLATES = ("solve", "pdr_topk", "sr_refine", "pdr_summary", "distill_summary", "distill_summary_votes",
                  "pointwise", "pairwise")

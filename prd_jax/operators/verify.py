@@ -210,7 +210,8 @@ def majority(cand_t, cand_l, ctx) -> Selection:
 
 
 def oracle(problems, cand_t, cand_l, ctx, want_correct: bool) -> Selection:
-    """Ground-truth admission (PDR paper §4.3 oracle ablation)."""
+    """Ground-truth admission: the PDR paper's oracle workspaces (§4.1 and App. D.1, Figs. 6
+    and 8), correct-only (`want_correct`) or incorrect-only."""
     if ctx.grader is None:
         raise ValueError("oracle selectors need Context.grader (ground-truth grading)")
     b, n, length = cand_t.shape

@@ -49,7 +49,11 @@ def grpo(rewards, mask: Optional[Array] = None, eps: float = 1e-6) -> Array:
 
 
 def dr_grpo(rewards, mask: Optional[Array] = None) -> Array:
-    """Dr. GRPO: `r - group mean`, no std normalisation (Liu et al., arXiv 2503.20783, §3)."""
+    """Dr. GRPO: `r - group mean`, no std normalisation (Liu et al., arXiv 2503.20783, §3).
+
+    Dr. GRPO's other half, the loss's constant denominator (no 1/|o_i| length term), is
+    `losses.aggregate(..., "seq_mean_token_sum_norm")`: every row of the batch counts there,
+    masked ones too, so masking a row here (advantage 0) never changes the normaliser."""
     rewards, mask = _prepare(rewards, mask)
     _, mean = _group_stats(rewards, mask)
     return (rewards - mean) * mask

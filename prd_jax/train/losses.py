@@ -52,12 +52,17 @@ def aggregate(per_token: Array, weights: Array, mode: str = "token_mean", norm_t
     - "seq_mean_token_mean": each sequence's weighted mean, summed over sequences; count =
       number of sequences with positive total weight.
     - "seq_mean_token_sum_norm": Dr. GRPO's constant normaliser (Liu et al., arXiv 2503.20783,
-      §3): sum of `w * x` over all tokens; count = (sequences with positive total weight) x
-      `norm_tokens`, a constant that does not depend on the sequences' lengths. `norm_tokens`
-      defaults (0) to the row width T, which is fixed per config (verl's
-      "seq-mean-token-sum-norm" likewise divides by the padded width); Dr. GRPO names the max
-      generation length. Any constant only rescales the learning rate (our wording). Rows of
-      zero weight (padding slots) are not sequences and do not count.
+      §3): sum of `w * x` over all tokens; count = B x `norm_tokens`, the rows of the batch
+      times a token constant, whatever the rows' lengths and whichever rows carry weight.
+      Dr. GRPO's loss sums each response's tokens, divides by the max generation length and
+      averages over the batch's responses, so its denominator is a constant of the run. Here
+      every row counts, a zero-weight one too (a V1-PairRL verifier slot without an
+      admissible pair, `train.operator_rl.VerifierRollouts`): an RL batch has a fixed number
+      of rows per config (`train.rl.batch_rows`), so the count is the same every step and
+      a step with fewer weighted rows is not scaled up. `norm_tokens` defaults (0) to the
+      row width T, also fixed per config (verl's "seq-mean-token-sum-norm" likewise divides
+      by the padded width); Dr. GRPO names the max generation length. Any constant only
+      rescales the learning rate (our wording).
     """
     _check_aggregation(mode)
     if per_token.shape != weights.shape:
@@ -69,9 +74,9 @@ def aggregate(per_token: Array, weights: Array, mode: str = "token_mean", norm_t
         return jnp.sum(w * x), jnp.sum(w)
     row_weight = jnp.sum(w, axis=-1)
     live = row_weight > 0
-    if mode == "seq_mean_token_sum_norm":
+    if mode == "seq_mean_token_sum_norm":  # a constant: every row counts, weighted or not
         norm = float(norm_tokens or per_token.shape[-1])
-        return jnp.sum(w * x), jnp.sum(live.astype(jnp.float32)) * norm
+        return jnp.sum(w * x), jnp.asarray(float(per_token.shape[0]) * norm, jnp.float32)
     row_mean = jnp.sum(w * x, axis=-1) / jnp.where(live, row_weight, 1.0)
     return jnp.sum(jnp.where(live, row_mean, 0.0)), jnp.sum(live.astype(jnp.float32))
 

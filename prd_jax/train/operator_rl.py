@@ -32,7 +32,9 @@ from prd_jax.train.rl_rows import sequences_to_batch, verifier_rows_per_prompt
 
 
 # V1-PairRL objective (V1 paper §5): Dr.GRPO advantages and loss aggregation (the constant
-# normaliser, arXiv 2503.20783 §3), PPO clip-higher 0.2 / 0.28, no KL and no auxiliary SFT;
+# normaliser, arXiv 2503.20783 §3: every row of the batch x the row width, so a verifier slot
+# left without an admissible pair, zero weight, still counts and the denominator is the same
+# every step; `losses.aggregate`), PPO clip-higher 0.2 / 0.28, no KL and no auxiliary SFT;
 # pairwise verifier on strict pairs, threshold reward 0.2, lambda = 1, the verifier baseline
 # per prompt group as Dr.GRPO's. The PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`
 # (and set `rl.minibatches` to suit their grad_accum_steps).
@@ -109,7 +111,7 @@ class OperatorRollouts:
     def __init__(self, rl, cfg, tokenizer, mesh, spec, num_problems: int, *, task="gsm8k", rows=()):
         self.rl, self.cfg, self.tok, self.mesh, self.spec = rl, cfg, tokenizer, mesh, spec
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
-        # the grader (oracle selectors, PDR §4.3) and majority grouper are the task's (tasks.grading);
+        # the grader (oracle selectors, PDR §4.1 and App. D.1) and majority grouper are the task's (tasks.grading);
         # `rows` are the run's problems, which a code task's grader looks up by task id
         self.ctx = make_context(tokenizer, rl.sampling(tokenizer.stop_ids),
                                 grader=TaskGrader(task, tokenizer, rows), grouper=TaskGrouper(task, tokenizer),
@@ -245,6 +247,8 @@ class VerifierRollouts:
         n_valid = max(int(valid.sum()), 1)
         adv = verifier_advantages(reward, valid, self.per_prompt, self.rl.verifier_baseline) * self.rl.verifier_coef
         batch = sequences_to_batch(prompts, plen, out.tokens, out.lengths, out.logprobs)
+        # a slot without an admissible pair trains on nothing (weight 0, advantage 0); under
+        # "seq_mean_token_sum_norm" it still counts in the constant denominator
         batch["weights"] = batch["weights"] * valid[:, None]
         batch.update(advantages=adv.astype(np.float32), correct=np.zeros((self.rows,), np.float32))
         unparsed = (ratings == 0).any(axis=1) & valid
