@@ -35,7 +35,8 @@ unless batch shapes change the float rounding).
 
 The last stdout line is one JSON object: `requests`, `serve_useful_tokens_per_s`,
 `inprocess_useful_tokens_per_s`, `ratio`, then wall seconds, server flags, latencies,
-date and machine. Measured figures are recorded under docs/results/, not here.
+date and machine (`--only serve|inprocess` runs one side; the other's figures and `ratio`
+are null). Measured figures are recorded under docs/results/, not here.
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ def run_serve(args, messages: list) -> dict:
     return {"wall_s": wall, "lengths": lengths, "prompt_tokens": [r[1] for r in results],
             "finish_stop": sum(r[2] == "stop" for r in results), "latency": latency, "ready_s": ready_s,
             "warmup_s": warm_s, "sampler_calls": None if calls0 is None else calls1 - calls0,
-            "compiles_timed": len(compiles1) - len(compiles0), "compiles_total": len(compiles1), "exit": proc.returncode}
+            "compiles_timed": len(compiles1) - len(compiles0), "compiles_total": len(compiles1),
+            "exit": proc.returncode}
 
 
 def run_inprocess(args, messages: list) -> dict:
@@ -250,6 +252,8 @@ def main():
                         help="requests in the untimed warm-up round (default: --concurrency; 0 = none)")
     parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /health")
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="seconds one request may take")
+    parser.add_argument("--only", choices=("serve", "inprocess"), default=None,
+                        help="run one side (its figures alone, `ratio` null): for a machine too loaded for both")
     args = parser.parse_args()
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped and its log removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -259,32 +263,39 @@ def main():
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
     messages = gsm8k_messages(args.requests)
-    serve = run_serve(args, messages)
-    ours = run_inprocess(args, messages)
+    serve = run_serve(args, messages) if args.only != "inprocess" else None
+    ours = run_inprocess(args, messages) if args.only != "serve" else None
     load_end = os.getloadavg()
 
-    n = len(messages)
-    if serve["prompt_tokens"] != ours["prompt_tokens"]:
+    def of(side, f):  # None for a side that was not run (--only)
+        return None if side is None else f(side)
+
+    useful = lambda side: int(side["lengths"].sum())  # noqa: E731
+    rate = lambda side: useful(side) / side["wall_s"]  # noqa: E731
+    at_cap = lambda side: int((side["lengths"] >= args.max_new_tokens).sum())  # noqa: E731
+    both = serve is not None and ours is not None
+    if both and serve["prompt_tokens"] != ours["prompt_tokens"]:
         bad = sum(a != b for a, b in zip(serve["prompt_tokens"], ours["prompt_tokens"]))
         print(f"warning: {bad} prompts have a different token count on the server", flush=True)
-    serve_rate = float(serve["lengths"].sum()) / serve["wall_s"]
-    ours_rate = float(ours["lengths"].sum()) / ours["wall_s"]
     record = {
-        "requests": n, "serve_useful_tokens_per_s": round(serve_rate, 2),
-        "inprocess_useful_tokens_per_s": round(ours_rate, 2), "ratio": round(serve_rate / ours_rate, 3),
-        "serve_wall_s": round(serve["wall_s"], 2), "inprocess_wall_s": round(ours["wall_s"], 2),
-        "serve_useful_tokens": int(serve["lengths"].sum()), "inprocess_useful_tokens": int(ours["lengths"].sum()),
-        "serve_rows_at_cap": int((serve["lengths"] >= args.max_new_tokens).sum()),
-        "inprocess_rows_at_cap": int((ours["lengths"] >= args.max_new_tokens).sum()),
-        "same_lengths": int((serve["lengths"] == ours["lengths"]).sum()),
-        "prompts_match": serve["prompt_tokens"] == ours["prompt_tokens"],
-        "serve_latency_p50_s": round(float(np.percentile(serve["latency"], 50)), 2),
-        "serve_latency_p95_s": round(float(np.percentile(serve["latency"], 95)), 2),
-        "serve_sampler_calls_timed": serve["sampler_calls"], "serve_compiles_timed": serve["compiles_timed"],
-        "serve_compiles_total": serve["compiles_total"], "serve_warmup_s": round(serve["warmup_s"], 2),
-        "serve_ready_s": round(serve["ready_s"], 2),
+        "requests": len(messages), "serve_useful_tokens_per_s": of(serve, lambda s: round(rate(s), 2)),
+        "inprocess_useful_tokens_per_s": of(ours, lambda s: round(rate(s), 2)),
+        "ratio": round(rate(serve) / rate(ours), 3) if both else None,
+        "serve_wall_s": of(serve, lambda s: round(s["wall_s"], 2)),
+        "inprocess_wall_s": of(ours, lambda s: round(s["wall_s"], 2)),
+        "serve_useful_tokens": of(serve, useful), "inprocess_useful_tokens": of(ours, useful),
+        "serve_rows_at_cap": of(serve, at_cap), "inprocess_rows_at_cap": of(ours, at_cap),
+        "same_lengths": int((serve["lengths"] == ours["lengths"]).sum()) if both else None,
+        "prompts_match": serve["prompt_tokens"] == ours["prompt_tokens"] if both else None,
+        "serve_latency_p50_s": of(serve, lambda s: round(float(np.percentile(s["latency"], 50)), 2)),
+        "serve_latency_p95_s": of(serve, lambda s: round(float(np.percentile(s["latency"], 95)), 2)),
+        "serve_sampler_calls_timed": of(serve, lambda s: s["sampler_calls"]),
+        "serve_compiles_timed": of(serve, lambda s: s["compiles_timed"]),
+        "serve_compiles_total": of(serve, lambda s: s["compiles_total"]),
+        "serve_warmup_s": of(serve, lambda s: round(s["warmup_s"], 2)),
+        "serve_ready_s": of(serve, lambda s: round(s["ready_s"], 2)),
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
-        "warmup_requests": args.warmup_requests,
+        "warmup_requests": args.warmup_requests, "only": args.only,
         "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms},
         "inprocess_options": INPROCESS_OPTIONS,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
