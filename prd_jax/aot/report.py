@@ -91,14 +91,18 @@ def tokenizer_for(config):
     """The config's tokenizer when it is on disk; else SmolLM2's ChatML tokenizer as a stand-in.
 
     Only template piece lengths depend on it (problems and candidates are padded to their
-    configured widths), so a stand-in moves prompt widths by the template length difference."""
+    configured widths), so a stand-in moves prompt widths by the template length difference.
+    The stand-in encodes `</think>` as a multi-token marker, so configs with thinking budgets
+    compile (`runner.thinking_marker`)."""
     if config.get("tokenizer") == "char":
         return CharVocab(), "char"
     name = config.model if isinstance(config.model, str) else config.model.name
     path = config.get("model_path") if isinstance(config.model, str) else config.model.get("path")
     if name == "smollm2-135m" or (path and os.path.exists(path)):
         return model_tokenizer(name, path or None), name
-    return model_tokenizer("smollm2-135m", None), "smollm2-135m (stand-in: the model's tokenizer is not on disk)"
+    tok = model_tokenizer("smollm2-135m", None)
+    tok.stand_in_thinking = True
+    return tok, "smollm2-135m (stand-in: the model's tokenizer is not on disk)"
 
 
 def build(config, target: Target, whole_operators: bool = False):

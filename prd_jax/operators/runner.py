@@ -32,14 +32,16 @@ def thinking_marker(tokenizer) -> tuple:
     The marker is `</think>` (Qwen3, DeepSeek-R1 and other thinking models): its one id
     when the vocabulary has it as a token; else the ids `encode("</think>")` gives, when
     the chat template mentions it (a multi-token marker, matched as that exact id
-    sequence); else none, and quoted candidates are never cut. The ids dropped after the
+    sequence, as also for a stand-in tokenizer marked `stand_in_thinking`, which the AOT
+    report uses for a thinking model whose tokenizer is not on disk); else none, and quoted
+    candidates are never cut. The ids dropped after the
     marker are the single-token encodings of newlines and spaces. Ours: the papers do
     not discuss thinking blocks.
     """
     single = tokenizer.token_to_id(THINK_END) if hasattr(tokenizer, "token_to_id") else None
     if single is not None:
         marker = (int(single),)
-    elif THINK_END in (getattr(tokenizer, "chat_template", None) or ""):
+    elif THINK_END in (getattr(tokenizer, "chat_template", None) or "") or getattr(tokenizer, "stand_in_thinking", False):
         marker = tuple(tokenizer.encode(THINK_END))
     else:
         return (), ()
