@@ -1,6 +1,7 @@
-"""Round mechanics of the PDR operators (PDR paper §3.2, §4.3) with a scripted model:
-random-k runs no selector, the accepted path goes through admitted candidates, oracle
-selection into a global summary, SR traces, honest labels, and oracles in operator RL."""
+"""Round mechanics of the PDR operators (PDR paper §3.2; oracle workspaces §4.1 and
+App. D.1) with a scripted model: random-k runs no selector, the accepted path goes through
+admitted candidates, oracle selection into a global summary, SR traces, honest labels, and
+oracles in operator RL."""
 
 import flax
 import jax

@@ -68,7 +68,7 @@ class Task:
         return float(self.grade(row, completion)["reward"])
 
     def oracle(self, row: dict, completion: str) -> bool:
-        """Ground truth for `oracle_*` selectors (PDR §4.3): the completion is correct."""
+        """Ground truth for `oracle_*` selectors (PDR §4.1, App. D.1): the completion is correct."""
         return bool(self.grade(row, completion)["correct"])
 
     def oracle_many(self, rows: Sequence[dict], completions: Sequence[str]) -> list:

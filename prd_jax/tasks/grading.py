@@ -4,7 +4,7 @@
 ans_len) -> bool[R]` decodes each candidate and its gold key (the tokens of
 `task.gold_key(row)`), recovers the row (`task.row_for_key`: math needs only the answer;
 code looks the task id up among the rows given to `add_rows`) and returns
-`task.oracle_many` (PDR arXiv 2510.01123 §4.3 oracle selectors). `TaskGrouper(task,
+`task.oracle_many` (PDR arXiv 2510.01123 §4.1 and App. D.1, oracle workspaces). `TaskGrouper(task,
 tokenizer)` is `Context.answer_ids`: `(cand_tok [B, N, L], cand_len [B, N]) -> int32 [B, N]`,
 the index of the first candidate of the row with the same `task.answer_key` (-1: no
 answer), for majority voting (V1 arXiv 2603.04304 §4 baseline). Both are deterministic:
