@@ -2,28 +2,25 @@
 the in-process sampler call of `rollout_throughput.py`, same requests, same run.
 
     python benchmarks/serve_throughput.py [--requests 256] [--max-new-tokens 256] [--concurrency 32]
-        [--max-batch-rows 64] [--batch-wait-ms 5] [--port 0]
+        [--batch-buckets 8,16,32] [--prompt-buckets auto] [--batch-wait-ms 5] [--port 0]
 
 Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.jsonl`, so
 `PRD_DATA_DIR` applies) as one-message SmolLM2-135M-Instruct chats, temperature 1, at most
 `--max-new-tokens` new tokens, request i with seed i.
 
 Serve: `prd-jax serve --model smollm2-135m` runs as a subprocess (JAX_PLATFORMS as in this
-process, else cpu) with `--max-batch-rows` / `--batch-wait-ms`; once `GET /health` answers
-200, `--concurrency` threads, each with its own `openai.OpenAI` client (the official
-package; no retries), take the requests in order and send them as
-`chat.completions.create(..., max_tokens, temperature=1.0, seed=i)`. Warm-up: one untimed
-round of `--warmup-requests` (default `--concurrency`: one request per client) before the
-timed pass. The engine compiles one program per (batch bucket, prompt bucket) it meets, and
-which batches form depends on when requests arrive: even an identical full warm-up pass
-left new shapes for the timed pass (16 requests, 8 clients: 3 compiles in the timed pass),
-while doubling the run. One round compiles the shapes of the first convoy of requests; the
-compiles left in the timed pass (the server's "sampler: compiling" log lines) are a cost
-this server pays under load, so they stay in the timing and are reported as
-`serve_compiles_timed` with their shapes. Useful tokens are the server's
-`usage.completion_tokens` (stop token included); the rate is their sum over the timed
-pass's wall time (first request sent to last answer received). The server is then stopped
-(SIGTERM, then wait).
+process, else cpu) with `--max-batch-rows` / `--batch-wait-ms` and fixed shapes:
+`--batch-buckets` (default 8,16,32) and `--prompt-buckets` (default `auto`: the length
+buckets of the workload's median and longest prompt, counted with the model's chat
+template), which the server compiles for `--max-new-tokens` before `/health` answers 200
+(`--warmup-max-tokens`), so no compile lands in the timed pass (`serve_compiles_timed`,
+read from the server's "sampler: compiling" log lines, says whether one did). Then
+`--concurrency` threads, each with its own `openai.OpenAI` client (the official package; no
+retries), take the requests in order and send them as `chat.completions.create(...,
+max_tokens, temperature=1.0, seed=i)`. An optional untimed round of `--warmup-requests`
+runs first. Useful tokens are the server's `usage.completion_tokens` (stop token included);
+the rate is their sum over the timed pass's wall time (first request sent to last answer
+received). The server is then stopped (SIGTERM, then wait).
 
 In-process: `rollout_throughput.run_ours` (compile + warm call, then one timed call) runs
 all requests as one sampler call with that benchmark's default options (compaction,
@@ -79,6 +76,17 @@ def gsm8k_messages(n: int) -> list:
     return [[{"role": "user", "content": p["problem"]}] for p in read_problems("gsm8k_test", limit=n)]
 
 
+def auto_prompt_buckets(messages: list) -> str:
+    """"A,B": the length buckets of the median and the longest chat prompt of the workload."""
+    from prd_jax.sampling import length_bucket
+    from prd_jax.train.setup import model_tokenizer
+
+    tok = model_tokenizer(MODEL, None)
+    lengths = sorted(len(tok.encode_chat(m)) for m in messages)
+    buckets = sorted({length_bucket(lengths[len(lengths) // 2]), length_bucket(lengths[-1])})
+    return ",".join(str(b) for b in buckets)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +119,9 @@ def tail(log_path: str, lines: int = 30) -> str:
 
 def start_server(args, port: int, log_file) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "prd_jax.cli", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
-           "--max-batch-rows", str(args.max_batch_rows), "--batch-wait-ms", str(args.batch_wait_ms)]
+           "--max-batch-rows", str(args.max_batch_rows), "--batch-wait-ms", str(args.batch_wait_ms),
+           "--batch-buckets", args.batch_buckets, "--prompt-buckets", args.prompt_buckets,
+           "--warmup-max-tokens", str(args.max_new_tokens), "--verbose"]
     env = dict(os.environ, JAX_PLATFORMS=os.environ["JAX_PLATFORMS"], PYTHONUNBUFFERED="1")
     return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
 
@@ -245,11 +255,16 @@ def main():
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=32, help="client threads, one OpenAI client each")
-    parser.add_argument("--max-batch-rows", type=int, default=64, help="the server's --max-batch-rows")
+    parser.add_argument("--max-batch-rows", type=int, default=None,
+                        help="the server's --max-batch-rows (default: the largest batch bucket)")
+    parser.add_argument("--batch-buckets", default="8,16,32", help="the server's --batch-buckets")
+    parser.add_argument("--prompt-buckets", default="auto",
+                        help="the server's --prompt-buckets; auto: the workload's median and longest prompt buckets")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms")
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free one")
-    parser.add_argument("--warmup-requests", type=int, default=None,
-                        help="requests in the untimed warm-up round (default: --concurrency; 0 = none)")
+    parser.add_argument("--warmup-requests", type=int, default=0,
+                        help="requests in an untimed round before the timed pass (0 = none: the server "
+                             "compiles its shapes before it is ready)")
     parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /health")
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="seconds one request may take")
     parser.add_argument("--only", choices=("serve", "inprocess"), default=None,
@@ -257,12 +272,15 @@ def main():
     args = parser.parse_args()
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped and its log removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.warmup_requests is None:
-        args.warmup_requests = min(args.concurrency, args.requests)
 
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
     messages = gsm8k_messages(args.requests)
+    if args.prompt_buckets == "auto":
+        args.prompt_buckets = auto_prompt_buckets(messages)
+    if args.max_batch_rows is None:
+        args.max_batch_rows = max(int(b) for b in args.batch_buckets.split(","))
+    print(f"server shapes: batch buckets {args.batch_buckets}, prompt buckets {args.prompt_buckets}", flush=True)
     serve = run_serve(args, messages) if args.only != "inprocess" else None
     ours = run_inprocess(args, messages) if args.only != "serve" else None
     load_end = os.getloadavg()
@@ -296,7 +314,9 @@ def main():
         "serve_ready_s": of(serve, lambda s: round(s["ready_s"], 2)),
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
         "warmup_requests": args.warmup_requests, "only": args.only,
-        "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms},
+        "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms,
+                         "batch_buckets": args.batch_buckets, "prompt_buckets": args.prompt_buckets,
+                         "warmup_max_tokens": args.max_new_tokens},
         "inprocess_options": INPROCESS_OPTIONS,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -1,4 +1,4 @@
-"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect` and `demo`.
+"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect`, `compile`, `serve` and `demo`.
 
     prd-jax generate --model smollm2-135m --prompt "What is 7*8?" --chat --max-new-tokens 64
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
@@ -9,8 +9,10 @@
     prd-jax demo
 
 Commands are quiet: library INFO logs (absl / orbax / jax) are hidden, warnings, our own
-progress and results are shown. `--verbose` (after the command) shows the library logs and,
-on an error, the Python traceback; without it an error is one line and exit status 2.
+progress and results are shown; `generate` prints the completion alone. `--verbose` (after
+the command) shows the library logs (and generate's compile line) and, on an error, the
+Python traceback; without it an error is one line and exit status 2. Off a TPU host, every
+command but `compile` runs JAX on the CPU (or GPU) and never loads libtpu.
 """
 
 from __future__ import annotations
@@ -23,21 +25,9 @@ import logging
 import os
 import sys
 
-import jax
-
-# Module level, TensorFlow-free (tested): the data layer loads TF lazily, inside its functions.
-from prd_jax.aot import report
-from prd_jax.backends.config import BackendConfig, with_backend
-from prd_jax.checkpoint import describe
-from prd_jax.config_io import apply_overrides, load_config
-from prd_jax.demo import CONFIGS, run_demo
-from prd_jax.backends import estimate, for_eval
-from prd_jax.evaluate import _context, eval_sampling, eval_task, evaluate
-from prd_jax.mesh import make_mesh
-from prd_jax.model import load
-from prd_jax.sampling import Sampler, SamplingConfig
-from prd_jax.serve.app import serve
-from prd_jax.train.run import train
+# Nothing heavy at module level: `prd-jax --help` must not pay for jax, flax, orbax or the
+# train/eval/aot modules, so each command imports what it runs inside its handler (a test
+# checks `sys.modules` after `--help`). The data layer loads TensorFlow lazily as well.
 
 EXIT_ERROR = 2  # a usage, config or path error (argparse's status for usage errors)
 # The errors of a wrong config, override, flag value or path: reported as one line.
@@ -64,14 +54,27 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="last line is a JSON record")
 
 
+def load_model(name: str, path, mesh, dtype: str):
+    """`prd_jax.model.load`, imported on first use (tests memoise it here)."""
+    from prd_jax.model import load
+
+    return load(name, path, mesh=mesh, dtype=dtype)
+
+
 def run_generate(args: argparse.Namespace) -> dict:
     """Load the model, decode (greedy, or sampled with --temperature and --seed), print
-    completions; returns the JSON record."""
+    completions; returns the JSON record. One sample prints its text alone (`--verbose` adds
+    a `---` header line); several print a `--- sample i (n tokens)` header before each."""
     if args.seed is None and args.temperature > 0:
         raise SystemExit(f"--seed is required when sampling (--temperature={args.temperature} > 0); "
                          "there is no default seed. Omit --temperature for greedy decoding")
+    import jax
+
+    from prd_jax.mesh import make_mesh
+    from prd_jax.sampling import Sampler, SamplingConfig
+
     mesh = make_mesh(args.mesh) if args.mesh else None
-    model = load(args.model, args.path, mesh=mesh, dtype=args.dtype)
+    model = load_model(args.model, args.path, mesh, args.dtype)
     tok = model.tokenizer
     if tok is None:
         raise SystemExit(f"model {args.model!r} has no tokenizer (tokenizer.json missing in {args.path})")
@@ -91,8 +94,10 @@ def run_generate(args: argparse.Namespace) -> dict:
         samples.append({"completion_ids": ids, "text": tok.decode(ids),
                         "logprobs": [float(x) for x in out.logprobs[row, :n]]})
     for i, s in enumerate(samples):
-        header = f"--- sample {i} ({len(s['completion_ids'])} tokens)" if args.num_samples > 1 else "---"
-        print(header)
+        if args.num_samples > 1:
+            print(f"--- sample {i} ({len(s['completion_ids'])} tokens)")
+        elif args.verbose:
+            print("---")
         print(s["text"])
     record = {"prompt_ids": prompt_ids, **samples[0]}
     if args.num_samples > 1:
@@ -108,11 +113,13 @@ _HANDLER: "logging.Handler | None" = None
 _LIBRARY_LOGGERS = ("absl", "jax", "orbax", "etils", "tensorflow", "clu")
 
 
-def configure_logging(verbose: bool) -> None:
+def configure_logging(verbose: bool, progress: bool = True) -> None:
     """Quiet by default: our INFO records (prd_jax: progress, results) and every library's
     warnings reach stderr; `verbose` adds the libraries' INFO lines (orbax handler
-    registries, metadata stores, jax backends). Levels are set on the loggers, so this holds
-    whichever handler is installed (ours, or one a library or an embedding program made)."""
+    registries, metadata stores, jax backends). `progress=False` (generate, whose output is
+    the completion) holds our own INFO lines back too unless `verbose`. Levels are set on
+    the loggers, so this holds whichever handler is installed (ours, or one a library or an
+    embedding program made)."""
     global _HANDLER
     root = logging.getLogger()
     ours = logging.Formatter("%(levelname)s %(name)s: %(message)s")
@@ -131,7 +138,7 @@ def configure_logging(verbose: bool) -> None:
     root.setLevel(library_level)
     for name in _LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(library_level)
-    logging.getLogger("prd_jax").setLevel(logging.INFO)
+    logging.getLogger("prd_jax").setLevel(logging.INFO if progress or verbose else logging.WARNING)
 
 
 def cpu_or_gpu_host_platforms() -> None:
@@ -141,8 +148,18 @@ def cpu_or_gpu_host_platforms() -> None:
     Only `compile` (which may target a TPU) and an explicit JAX_PLATFORMS are left alone."""
     if os.environ.get("JAX_PLATFORMS") or glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
         return
+    import jax
+
     gpu = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin"))
     jax.config.update("jax_platforms", "cuda,cpu" if gpu else "cpu")
+
+
+def _int_list(text: str) -> tuple:
+    """"8,32" -> (8, 32), for bucket flags."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 8,32") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's)")
     sv.add_argument("--max-batch-rows", type=int, default=64, help="most rows (prompts x n) per sampler call")
     sv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a request waits for company")
+    sv.add_argument("--batch-buckets", type=_int_list, default=(),
+                    help="fixed call sizes, e.g. 8,32: a call is padded to the smallest that holds its rows")
+    sv.add_argument("--prompt-buckets", type=_int_list, default=(),
+                    help="fixed prompt widths, e.g. 128,256: prompts are padded to the smallest that holds them")
+    sv.add_argument("--warmup-max-tokens", type=int, default=0,
+                    help="> 0: before /health is ready, compile every batch bucket x prompt bucket for this "
+                         "max_tokens at temperature 1, top_p 1")
     sv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)
@@ -203,7 +227,7 @@ def main(argv=None) -> None:
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    configure_logging(args.verbose)
+    configure_logging(args.verbose, progress=args.command != "generate")
     if args.command != "compile":
         cpu_or_gpu_host_platforms()
     try:
@@ -217,16 +241,27 @@ def main(argv=None) -> None:
 
 
 def _run(args: argparse.Namespace, rest: list) -> None:
+    """Dispatch one command, importing only the modules it runs."""
     if args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.demo import CONFIGS, run_demo
+
         config = load_config(args.config or os.path.join(CONFIGS, "demo.py"))
         config = apply_overrides(config, rest)
         run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
+        from prd_jax.backends.config import with_backend
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.evaluate import evaluate
+
         config = apply_overrides(with_backend(load_config(args.config)), rest)
         evaluate(config, args.workdir)
     elif args.command == "train":
+        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.train.run import train
+
         config = apply_overrides(load_config(args.config), rest)
         train(config, args.workdir, progress=not args.no_progress)
     elif args.command == "inspect":
@@ -234,11 +269,21 @@ def _run(args: argparse.Namespace, rest: list) -> None:
     elif args.command == "compile":
         sys.exit(run_compile(args, rest))
     elif args.command == "serve":
+        from prd_jax.serve.app import serve
+
         serve(args)
 
 
 def run_compile(args: argparse.Namespace, rest: list) -> int:
     """Compile the config's programs for its target, print the table (and JSON); 0 if all fit."""
+    import jax
+
+    from prd_jax.aot import report
+    from prd_jax.backends import estimate, for_eval
+    from prd_jax.backends.config import BackendConfig, with_backend
+    from prd_jax.config_io import apply_overrides, load_config
+    from prd_jax.evaluate import _context, eval_sampling, eval_task
+
     config = load_config(args.config)
     config = apply_overrides(with_backend(config) if config.get("operators") is not None else config, rest)
     if config.get("operators") is not None:
@@ -280,6 +325,8 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
 
 def run_inspect(args: argparse.Namespace) -> dict:
     """Latest step, parameter count, params_digest, config and last metrics of a workdir."""
+    from prd_jax.checkpoint import describe
+
     info = describe(args.workdir, require=True)  # no checkpoint: NoCheckpointError says where it looked
     if args.json:
         print(json.dumps(info, default=str))

@@ -13,7 +13,7 @@ chosen token: the sampling policy's logprob when sampling at temperature 1 (comp
 logit minus logsumexp, without materialising the [R, V] log-softmax). Draws at T > 0 are
 exact two-stage Gumbel-max draws over 128-token vocabulary blocks (`blocked_categorical`),
 and the argmax and logsumexp run per block too (`vocab_blocks`): same results, a fraction
-of the cost on XLA:CPU (README, "Where a decode step goes").
+of the cost on XLA:CPU (docs/results/2026-12-01-decode-profile.md).
 
 Decode (`SamplingConfig.decode_layers`): "unrolled" (default) runs the loop body over
 per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and per-layer
@@ -193,8 +193,8 @@ SAMPLE_BLOCK = 128  # vocabulary block of `blocked_categorical`
 
 def vocab_blocks(logits: Array, block: int = SAMPLE_BLOCK) -> Array:
     """`[R, V]` -> `[R, ceil(V / block), block]`, the tail padded with `-inf`. Reductions over
-    128-wide blocks and then over the blocks run about 3.5x faster on XLA:CPU than one
-    reduction over a 49,152-wide row (a batch-256 logsumexp: 8 ms against 29 ms)."""
+    128-wide blocks and then over the blocks are cheaper on XLA:CPU than one reduction over
+    a whole row (docs/results/2026-12-01-decode-profile.md)."""
     rows, vocab = logits.shape
     nb = -(-vocab // block)
     if nb * block != vocab:
@@ -204,7 +204,7 @@ def vocab_blocks(logits: Array, block: int = SAMPLE_BLOCK) -> Array:
 
 def blocked_argmax(logits: Array, block: int = SAMPLE_BLOCK) -> Array:
     """`jnp.argmax(logits, -1)` (the first maximum) through `vocab_blocks`: the first block
-    holding the row's maximum, then the first maximum inside it (batch 256: 1.5 ms, not 21)."""
+    holding the row's maximum, then the first maximum inside it."""
     blocks = vocab_blocks(logits, block)
     chosen = jnp.argmax(blocks.max(axis=-1), axis=-1)
     return _token(blocks, chosen, jnp.zeros((), blocks.dtype))
@@ -272,9 +272,7 @@ def chunked_prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Ar
     `lax.map`), merged into one cache; one prefill when the rows do not split evenly.
 
     Each row's logits and cache equal `prefill`'s to fp32 rounding (other matmul shapes;
-    tested). Measured (README, rollout throughput; interleaved chunks of the same shapes):
-    256 GSM8K chat prompts in a 192-slot bucket took 103-106 s in one prefill and 75-77 s
-    in 8 chunks of 32 on XLA:CPU.
+    tested). Why chunks: docs/results/2026-12-01-rollout-throughput.md.
     """
     rows, plen = prompts.shape
     chunks = rows // rows_per_chunk
@@ -306,9 +304,7 @@ def grouped_prefill(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Ar
     Left padding makes the skipped slots padding for every row of the group, so the cache
     is the same at every slot a row attends (`>= start`); the skipped slots stay zero and
     are masked. Logits and cache equal `prefill`'s to fp32 rounding (other matmul shapes;
-    tested). Outputs are in the input row order. Measured (README, rollout throughput): 256
-    GSM8K chat prompts in a 192-slot bucket, 8 groups, 69.0 s against 81.3 s for one prefill,
-    though the windows cover 62.5% of the slots.
+    tested). Outputs are in the input row order. Timings: docs/results/2026-12-01-rollout-throughput.md.
     """
     rows, plen = prompts.shape
     widths = prefill_windows(plen)
@@ -551,8 +547,8 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
     With `gens` longer than one (`SamplingConfig.cache_window`), the first phase runs as
     one loop per cache size: it starts with `gens[0]` generation slots and, whenever the write
     reaches them, pads every layer's cache with zero slots to the next size, so a step
-    reads the slots written so far instead of all `plen + gen_len` (the attention is about
-    half of a rollout step at 256 rows x 448 slots; README, "Where a decode step goes"). The
+    reads the slots written so far instead of all `plen + gen_len` (where a rollout step's
+    time goes: docs/results/2026-12-01-rollout-throughput.md). The
     later phases start at the full size: a loop's cache shape is static, and a compaction can
     come at any step. Masked zero slots change no logit, so the tokens stay the static
     loop's (tested). Only the first phase grows: the cost is `len(gens)` more compiled
@@ -561,8 +557,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
     Under a mesh the rows are cut into the batch axes' S shards and compaction is shard-local
     (`_compact`): a phase ends when every shard holds at most its share of the next size
     live, and each shard keeps its own rows, so the gather moves no cache between devices.
-    (A global gather of batch-sharded rows made XLA replicate the cache: 149 GB of
-    temporaries per v5p chip for the Qwen3-8B rollout, against 26 GB without compaction.)
+    (A global gather of batch-sharded rows made XLA replicate the cache; docs/results/2026-11-30-aot-fit.md.)
     """
     rows = logits.shape[0]
     shards = max(1 if mesh is None else batch_size_multiple(mesh), len(groups))
@@ -705,9 +700,22 @@ class Sampler:
     """
 
     def __init__(self, cfg: ModelConfig, mesh: Optional[Mesh] = None, pad_id: int = 0,
-                 min_bucket: int = 16):
+                 min_bucket: int = 16, prompt_buckets: Sequence[int] = ()):
+        """`prompt_buckets`: fixed prompt widths (ascending); a call's prompts are padded to the
+        smallest that holds the longest, so a server meets only those shapes. Prompts longer
+        than the last fall back to the `length_bucket` ladder. Empty: the ladder alone."""
+        buckets = tuple(int(b) for b in prompt_buckets)
+        if any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"prompt_buckets={buckets}: must be strictly ascending positive widths")
         self.cfg, self.mesh, self.pad_id, self.min_bucket = cfg, mesh, pad_id, min_bucket
+        self.prompt_buckets = buckets
         self._compiled: dict = {}
+
+    def prompt_width(self, longest: int, max_new_tokens: int) -> int:
+        """The padded prompt width of a call whose longest prompt has `longest` tokens."""
+        fixed = [b for b in self.prompt_buckets if b >= longest]
+        width = fixed[0] if fixed else length_bucket(longest, self.min_bucket)
+        return max(longest, min(width, self.cfg.max_position - max_new_tokens))
 
     @property
     def num_compilations(self) -> int:
@@ -752,7 +760,7 @@ class Sampler:
         keys = rng if (hasattr(rng, "shape") and rng.shape == (n,)) else jax.random.split(rng, n)
         multiple = 1 if self.mesh is None else batch_size_multiple(self.mesh)
         batch = -(-bucket(n, 1) // multiple) * multiple
-        plen = min(length_bucket(longest, self.min_bucket), self.cfg.max_position - scfg.max_new_tokens)
+        plen = self.prompt_width(longest, scfg.max_new_tokens)
         gen_len = length_bucket(scfg.max_new_tokens, self.min_bucket)
         tokens = np.full((batch, plen), self.pad_id, np.int32)
         lengths = np.ones((batch,), np.int32)

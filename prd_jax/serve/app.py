@@ -176,7 +176,9 @@ def serve(args) -> None:
     cfg, params, tok, name = load_for_serving(args.model, args.path, args.workdir, args.dtype)
     if tok is None:
         raise ValueError(f"model {args.model!r} has no tokenizer to serve (tokenizer.json missing)")
-    engine = Engine(cfg, params, tok, max_rows=args.max_batch_rows, wait_s=args.batch_wait_ms / 1000)
+    engine = Engine(cfg, params, tok, max_rows=args.max_batch_rows, wait_s=args.batch_wait_ms / 1000,
+                    batch_buckets=args.batch_buckets, prompt_buckets=args.prompt_buckets,
+                    warmup_max_tokens=args.warmup_max_tokens)
     app = build_app(engine, args.served_name or name)
     t0 = time.time()
     log.info("serving %s on http://%s:%d (context %d)", args.served_name or name, args.host, args.port,

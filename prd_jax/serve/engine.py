@@ -6,6 +6,13 @@ decodes to the bucketed largest `max_tokens` of its rows and each row is cut at 
 finished rows stop costing compute as the sampler compacts its decode batch
 (`SamplingConfig.compact_min_rows`). A row's key is `fold_in(key(seed), sample)`, so a
 row's tokens depend on its own seed alone, not on the batch it lands in.
+
+Shapes: every new (batch, prompt width, generation length, sampling settings) compiles a
+program, and under load which batches form depends on when requests arrive. Fixed
+`batch_buckets` (a call is padded to the smallest that holds its rows) and `prompt_buckets`
+(`Sampler.prompt_width`) close that set, and `warmup_max_tokens` compiles all of it, at the
+OpenAI API's default sampling (temperature 1, top_p 1), before `/health` reports ready, so
+no compile lands on a request. Without buckets, batches take the sampler's powers of two.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import sampling
-from prd_jax.sampling import Sampler, SamplingConfig, length_bucket
+from prd_jax.sampling import Sampler, SamplingConfig, bucket, length_bucket
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +65,19 @@ class Engine:
     """Owns the model and a decode thread; `submit` rows, await their futures."""
 
     def __init__(self, cfg, params, tokenizer, mesh=None, max_rows: int = 64, wait_s: float = 0.005,
-                 compact_min_rows: int = 8):
+                 compact_min_rows: int = 8, batch_buckets=(), prompt_buckets=(), warmup_max_tokens: int = 0):
+        batch_buckets = tuple(int(b) for b in batch_buckets)
+        if any(b < 1 for b in batch_buckets) or list(batch_buckets) != sorted(set(batch_buckets)):
+            raise ValueError(f"batch_buckets={batch_buckets}: must be strictly ascending positive row counts")
+        if batch_buckets and batch_buckets[-1] < max_rows:
+            raise ValueError(f"max_rows={max_rows} exceeds the largest batch bucket {batch_buckets[-1]}; allowed: "
+                             f"max_rows <= {batch_buckets[-1]} (or add a larger bucket)")
+        if warmup_max_tokens < 0:
+            raise ValueError(f"warmup_max_tokens={warmup_max_tokens}; must be >= 0 (0 = no warm-up grid)")
         self.cfg, self.params, self.tok, self.mesh = cfg, params, tokenizer, mesh
         self.max_rows, self.wait_s, self.compact_min_rows = max_rows, wait_s, compact_min_rows
-        self.sampler = Sampler(cfg, mesh, pad_id=tokenizer.pad_id)
+        self.batch_buckets, self.warmup_max_tokens = batch_buckets, warmup_max_tokens
+        self.sampler = Sampler(cfg, mesh, pad_id=tokenizer.pad_id, prompt_buckets=prompt_buckets)
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
         self.calls = 0  # sampler calls made (tests read the batching from it)
@@ -84,8 +100,10 @@ class Engine:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        try:  # the first program compiles before /health says ready
-            self._decode([Row([self.tok.stop_ids[0] if self.tok.stop_ids else 0], 1, 0.0, 1.0, 0, 0)])
+        try:  # the first program (and the warm-up grid) compiles before /health says ready
+            self._decode([Row([self._filler], 1, 0.0, 1.0, 0, 0)])
+            for rows, width in self.warmup_shapes():
+                self._decode([Row([self._filler] * width, self.warmup_max_tokens, 1.0, 1.0, 0, 0)] * rows)
             self.ready.set()
         except BaseException as e:  # reported by /health
             self.error = e
@@ -118,13 +136,36 @@ class Engine:
                         if not row.future.done():
                             row.future.set_exception(e)
 
+    @property
+    def _filler(self) -> int:
+        return self.tok.stop_ids[0] if self.tok.stop_ids else 0
+
+    def warmup_shapes(self) -> list:
+        """(rows, prompt width) of each call the warm-up makes: every batch bucket up to
+        `max_rows` times every prompt bucket that leaves room for `warmup_max_tokens`."""
+        if not self.warmup_max_tokens:
+            return []
+        room = self.cfg.max_position - self.warmup_max_tokens
+        widths = [w for w in self.sampler.prompt_buckets if w <= room] or [min(16, room)]
+        batches = [b for b in self.batch_buckets if b <= self.max_rows] or [
+            2 ** i for i in range(self.max_rows.bit_length()) if 2 ** i <= self.max_rows]
+        return [(b, w) for b in batches for w in widths]
+
+    def _padded(self, rows: List[Row]) -> List[Row]:
+        """`rows` and filler rows up to the smallest batch bucket that holds them."""
+        size = next((b for b in self.batch_buckets if b >= len(rows)), len(rows))
+        first = rows[0]
+        return rows + [dataclasses.replace(first, prompt=[self._filler], seed=0, top_logprobs=0,
+                                           future=concurrent.futures.Future())] * (size - len(rows))
+
     def _decode(self, rows: List[Row]) -> List[Decoded]:
         self.calls += 1
+        real, rows = len(rows), self._padded(rows)
         longest = max(len(r.prompt) for r in rows)
         want = max(r.max_tokens for r in rows)
         gen = max(want, min(length_bucket(want), self.cfg.max_position - longest))
         first = rows[0]
-        compact = self.compact_min_rows if len(rows) > self.compact_min_rows else 0
+        compact = self.compact_min_rows if bucket(len(rows), 1) > self.compact_min_rows else 0
         scfg = SamplingConfig(gen, first.temperature, first.top_p, first.top_k, 1, tuple(self.tok.stop_ids),
                               compact_min_rows=compact)
         keys = jnp.stack([jax.random.fold_in(jax.random.key(r.seed), r.sample) for r in rows])
@@ -133,7 +174,7 @@ class Engine:
         stopped = np.asarray(out.stopped)
         tops = self._top(rows)
         result = []
-        for i, r in enumerate(rows):
+        for i, r in enumerate(rows[:real]):
             n = min(int(lengths[i]), r.max_tokens)
             result.append(Decoded(tokens[i, :n].tolist(), logprobs[i, :n].tolist(),
                                   bool(stopped[i]) and n == int(lengths[i]), tops.get(i, {})))
