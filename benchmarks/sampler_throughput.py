@@ -46,7 +46,7 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
 
 def torch_matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
     """The same n x n fp32 matmul in torch (its BLAS, with the threads the peer side uses):
-    the two libraries' peaks differ by CPU (MKL's on an AMD EPYC host was 0.4x XLA's)."""
+    the two libraries' peaks differ by CPU (docs/results/2026-12-01-sampler-throughput.md)."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -1,6 +1,6 @@
 """Load `ml_collections` config files (`get_config(arg)`) and apply `--config.x=v` overrides.
 
-DESIGN.md principle 6: configs are Python files; `path.py:arg` passes `arg` to
+docs/design.md principle 6: configs are Python files; `path.py:arg` passes `arg` to
 `get_config`. Override values are parsed as Python literals when possible and must keep
 the type of the field they replace.
 """

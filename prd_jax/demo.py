@@ -38,8 +38,8 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 # share (`selector="majority"`, drafts without an answer last), each quoted by its last `tail`
 # tokens (a finished draft's "ok" and its box; a cut draft's partial try); one refine that
 # checks the quoted boxes in rank order first; the SFT drafts drawn, ranked, cut and quoted the
-# same way (`stage_configs`); Long-CoT from one try to past the whole search (README "What you
-# should see" says why each setting).
+# same way (`stage_configs`); Long-CoT from one try to past the whole search (docs/demo.md says why each setting;
+# the runs that chose them: docs/results/2026-12-01-demo-results.md).
 # modchain (the control): the settings the demo used before issue 15.
 PRESETS = {
     "preimage": dict(difficulty=(3, 4), sft_steps=600, num_train=4000, budget=80, drafts=8, selector="majority",
@@ -268,6 +268,8 @@ def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: l
          "long_cot_budgets": list(demo.long_cot_budgets), "steps": steps,
          "eval_difficulties": {str(d): n for d, n in held_out_counts.items()}, "claims": claims,
          "tables": tables}, indent=1))
-    pareto_plot(combined, os.path.join(workdir, "pareto.png"), f"demo ({demo.task}): accuracy vs budget per checkpoint")
+    pairs = [(c["a"].replace("/", ":"), c["b"].replace("/", ":")) for c in claims]  # "run/op" -> "run:op"
+    pareto_plot(combined, os.path.join(workdir, "pareto.png"), f"demo ({demo.task}): accuracy vs budget per checkpoint",
+                pairs=pairs)
     print("\n".join(lines))
 

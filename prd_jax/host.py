@@ -1,4 +1,4 @@
-"""The host side of a multi-process run (DESIGN.md principle 7, `jax.distributed`).
+"""The host side of a multi-process run (docs/design.md principle 7, `jax.distributed`).
 
 Every process runs the same program over one global mesh; a jitted sampler, operator or
 train step returns *global* arrays of which each process holds only its own shards.

@@ -1,4 +1,4 @@
-"""Device mesh, logical-axis rules and shardings (DESIGN.md principle 5).
+"""Device mesh, logical-axis rules and shardings (docs/design.md principle 5).
 
 Parameters and activations carry logical axis names; `LOGICAL_RULES` maps each name
 onto mesh axes `(data, fsdp, tensor)`. A dimension whose size is not divisible by its

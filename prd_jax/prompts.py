@@ -19,7 +19,7 @@ Sets are keyed by role: every set maps the same roles (`solve`, `sr_refine`, ...
 (`SET_DOMAINS`: "math" or "code"). "default" is math, "compact" the synthetic demo's
 few-character set, "code" speaks of programs (HumanEval-style tasks: the answer is one
 fenced Python program). An operator that needs a role of its own adds it to each set with
-`add_template` (README "Adding an operator"). `compile_template` renders it once through the model's chat
+`add_template` (docs/extending.md, "An operator"). `compile_template` renders it once through the model's chat
 template (a user turn plus the generation prompt and an optional forced assistant
 prefix), splits the rendering at the slots and tokenizes each literal piece. In a round,
 prompts are then assembled on device from these pieces and token segments; text is

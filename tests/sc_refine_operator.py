@@ -7,8 +7,8 @@ self-consistency baseline with the SR refine step of the PDR paper (arXiv 2510.0
 B_seq counts the majority draft and the refine call; B_total every call.
 
 Registering it (importing this module) is all eval (`{"type": "sc_refine", ...}`) and
-operator RL (`config.rl.operator = dict(type="sc_refine", ...)`) need. README "Adding an
-operator" walks through it.
+operator RL (`config.rl.operator = dict(type="sc_refine", ...)`) need. docs/extending.md ("An
+operator") walks through it.
 """
 
 from __future__ import annotations

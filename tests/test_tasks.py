@@ -259,15 +259,16 @@ def test_task_grouper_groups_by_answer_key():
     assert TaskGrouper("humaneval", TOK)(tok[1:], lens[1:]).tolist() == [[0, 0, 2, -1]]
 
 
-def test_readme_example_task_registers_and_grades():
+def test_docs_example_task_registers_and_grades():
+    """The worked task of docs/extending.md ("A task") runs as printed."""
     import os
     import re
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    block = re.search(r"<!-- example-task -->\n```python\n(.*?)```\n<!-- /example-task -->", readme, re.S).group(1)
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "extending.md")).read()
+    block = re.search(r"<!-- example-task -->\n```python\n(.*?)```\n<!-- /example-task -->", page, re.S).group(1)
     assert 25 <= len(block.strip().splitlines()) <= 40
     try:
-        exec(compile(block, "README example", "exec"), {"__name__": "readme_example"})
+        exec(compile(block, "docs/extending.md example", "exec"), {"__name__": "docs_example"})
         task = get_task("reverse_word")
         rows = task.problems(limit=2)
         assert [r["answer"] for r in rows] == ["xaj", "xalf"]

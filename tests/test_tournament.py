@@ -346,4 +346,4 @@ def test_invalid_inputs_name_the_argument(call, name):
 
 def test_seed_is_required():
     with pytest.raises(TypeError):
-        swiss_tournament(4, sim_judge(4, 0), 4)  # no default seed (DESIGN.md principle 1)
+        swiss_tournament(4, sim_judge(4, 0), 4)  # no default seed (docs/design.md principle 1)

@@ -92,7 +92,7 @@ def get_config(arg=None):
         source="gsm8k_train",  # placeholder for the paper's math RL mix (see the docstring)
         data_dir="",  # default: $PRD_DATA_DIR
         num_train=0,  # 0: every problem of the set
-        mixture="", module=""))  # or a registered seqio task/mixture (README "Bring your own seqio task")
+        mixture="", module=""))  # or a registered seqio task/mixture (docs/extending.md, "Training data of your own")
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
         max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],
@@ -100,7 +100,7 @@ def get_config(arg=None):
         # finish, down to a quarter (sampling._decode_unrolled)
         compact_min_rows=MAX_ROWS[arg] // 4,
         # > 0: the first decode phase's cache grows this many slots at a time (sampling.cache_windows);
-        # off here: the fit tables were compiled without it (README "Rollout throughput")
+        # off here: the fit tables were compiled without it (docs/results/2026-12-01-rollout-throughput.md)
         cache_window=0,
         temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
         cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,

@@ -30,8 +30,7 @@ sequences on v5p-128 and 32 of 2 on 8xh200. Attention runs in query blocks
 per sequence (1 GiB at T = 32768) and, under full remat, the blocks' fp32 scores
 [heads / tensor, 128 x G, <= T] are formed again in the backward; at T = 32768 tensor=4
 keeps each device to 8 of the 32 query heads. The compiled step's memory per device is in
-the fit rows of `prd-jax compile` (the commands below; README, "Will it fit? `prd-jax
-compile`"): on 8xh200 105.12 of 139.93 GB per device (2026-12-03,
+the fit rows of `prd-jax compile` (the commands below; docs/scaling.md, "Will it fit?"): on 8xh200 105.12 of 139.93 GB per device (2026-12-03,
 docs/results/2026-12-03-sft-qwen3-8b-fit.md, which also says where the v5p-128 row stands).
 
 Command to run (weights: a local copy of the HF repo Qwen/Qwen3-8B-Base; traces: a directory

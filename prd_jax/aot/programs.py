@@ -330,9 +330,8 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
     """Each distinct sampler call of the config's operators (at the largest budget of each
     group, `largest_budgets`) and, with `whole_operators`, each operator's whole program.
 
-    The whole programs are off by default: they run the same calls one after another, and on
-    a 2-core host the 2-call operator-RL round of Qwen3-8B took 7-10 minutes to compile (it
-    measured 32.6 GB per v5p chip against 31.6 GB for its largest call)."""
+    The whole programs are off by default: they run the same calls one after another, so their
+    memory is close to their largest call's, and they are slow to compile (docs/results/2026-11-30-aot-fit.md)."""
     shape = (config.batch_size, config.max_problem_tokens)
     progs, all_calls = [], []
     for spec in largest_budgets([build_spec(dict(e)) for e in config.operators]):

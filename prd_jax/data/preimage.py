@@ -16,8 +16,8 @@ Traces (one line per tried x; `ok` when the chain ends at the target, else `no`)
     \\boxed{4}
 
 The answer is the last `\\boxed{}` (`final_answer`). A line's "ok" is the model's claim;
-grading re-checks the boxed x (`check`). (A variant without the box, the answer being the x
-of the last "ok" line, trained worse on this model: README "What you should see".)
+grading re-checks the boxed x (`check`). (The answer is boxed rather than read off the last "ok"
+line; docs/demo.md describes the task.)
 
 - `solve_response`: tries x from a random start upwards (mod m, no repeats) and stops at
   the first that passes (a Long-CoT guess-and-check trace; the failed tries are what a
@@ -28,8 +28,8 @@ of the last "ok" line, trained worse on this model: README "What you should see"
 - Any x whose chain ends at the target is correct (`check`); the gold `answer` is the
   smallest solution in 0..m-1.
 
-SFT traces (`sft_traces`, PDR §3.3; README "The demo task" says how the mix leaves room for
-operator RL): the single-pass trace above; a refine trace over a workspace of `pdr_k` drafts,
+SFT traces (`sft_traces`, PDR §3.3; docs/demo.md, "The workspace and the SFT mix", says how the mix
+leaves room for operator RL): the single-pass trace above; a refine trace over a workspace of `pdr_k` drafts,
 each a guess-and-check trace cut at `draft_tokens` characters (so most fail without an
 answer) or, at rate `false_rate`, a slip that calls a failing x "ok", every draft quoted by
 its last `tail_tokens` characters as the eval's candidate truncation does
@@ -379,7 +379,7 @@ def sft_traces(rng: np.random.Generator, problem: Mapping, *, pdr_fraction: floa
 def ideal_rates(problems: Sequence[Mapping], rng: np.random.Generator, *, drafts: int = 4, budget: int = 128,
                 tail_tokens: int = 32, long_cot_budgets: Sequence[int] = (64, 128, 256, 512),
                 refine_ignore: float = 0.0, k: int = 0, ranking: str = "random") -> dict:
-    """What the mechanism predicts (README "What you should see"): the taught traces executed
+    """What the mechanism predicts (docs/demo.md, "The task"): the taught traces executed
     without error, cut at the demo's budgets (one character is one token, the stop token
     counts). Returns {name: (accuracy, mean B_seq)} for "long_cot@B", "pdr" (one round:
     `drafts` drafts of `budget` tokens, `k` of them (0: all; a random k, or the top k by

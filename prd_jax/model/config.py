@@ -31,8 +31,8 @@ class ModelConfig:
     """Shapes and numerics of one decoder-only LM, plus its chat-template switch.
 
     `scan_unroll` layers run per iteration of the scanned stack (`lax.scan(unroll=...)`; the
-    params stay stacked): 1 compiles one layer; `num_layers` compiles them all, a 4-12% faster
-    train step on XLA:CPU at SmolLM2 size for a longer compile (README, train-step MFU).
+    params stay stacked): 1 compiles one layer; `num_layers` compiles them all: a longer compile for
+    a faster step on XLA:CPU (docs/results/2026-12-01-train-step-mfu.md).
 
     `remat` is what each scanned layer keeps for the backward pass (`jax.checkpoint` policies,
     as MaxText's `remat_policy`): "none" (or False) keeps every intermediate; "full" (or True)
@@ -40,9 +40,7 @@ class ModelConfig:
     of every matmul; "dots_no_batch" (default) those of the weight matmuls only, recomputing
     norms, RoPE, activations and the attention scores. Both partial policies also keep the
     training attention's output and log-sum-exp (`prd_jax.model.attention`). The last two recompute no weight
-    matmul; on XLA:CPU "dots_no_batch" made SmolLM2's train step about 8% faster than "none"
-    (measured step times; that the saving is the layer scan's stacked activations was not
-    profiled; README, train-step MFU).
+    matmul (step times per policy: docs/results/2026-12-01-train-step-mfu.md).
 
     `enable_thinking` is passed to the chat template as the `enable_thinking` variable
     (Qwen3's switch between a `<think>` block and a direct answer): None leaves the

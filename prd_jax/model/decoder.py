@@ -1,8 +1,8 @@
 """Decoder-only transformer (Flax Linen) for the Llama-3 / SmolLM2, Qwen2.5 and Qwen3 families.
 
 `forward(cfg, params, tokens, positions, cache)` is the pure entry point: it returns
-`(logits, new_cache)`. Layers are stacked and run with `nn.scan` (DESIGN.md
-"Implementation notes: Layers"); the KV cache is `[L, B, S, K, Dh]` and travels in the
+`(logits, new_cache)`. Layers are stacked and run with `nn.scan` (docs/design.md,
+"Model"); the KV cache is `[L, B, S, K, Dh]` and travels in the
 scan carry so each step writes one token in place instead of copying the cache.
 
 Cache semantics (left-padded rows): all rows share one write slot `cache.index`; row b's
@@ -119,8 +119,8 @@ def _tokens(x: Array, w: Array) -> Array:
     """`x [B, T, D_in] . w [D_in, ...]` -> `[B, T, ...]` as one `[B*T, D_in]` matmul.
 
     With the batch and length axes merged, the weight gradient contracts a single token axis;
-    XLA:CPU runs a two-axis contraction through transposes and a slower kernel (SmolLM2's
-    train step is about 1.3x faster this way; README, train-step MFU).
+    XLA:CPU runs a two-axis contraction through transposes and a slower kernel (figures:
+    docs/results/2026-12-01-train-step-mfu.md).
     """
     b, t, d = x.shape
     return (x.reshape(b * t, d) @ w.reshape(d, -1)).reshape(b, t, *w.shape[1:])
@@ -384,9 +384,8 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
 
     Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm", "head"}`. Every
     matrix is stored output-major, `[out, in]`, and applied by `_apply` (contracting its last
-    axis): on XLA:CPU a batch-32 decode matmul in that form ran about 1.3x faster than
-    `x @ W` with W `[in, out]` on one host and 10-30% slower alone (4-8% end to end) on another
-    (README "Where a decode step goes"); one fixed layout keeps programs and rounding host-independent. The tied head
+    axis). Which form XLA:CPU runs faster depends on the host (docs/results/2026-12-01-decode-profile.md);
+    one fixed layout keeps programs and rounding host-independent. The tied head
     is the embedding table itself (`[V, D]`, no copy). A layer has `attn_norm`, `mlp_norm`,
     `o` `[D, N*Dh]`, `down` `[D, F]` and either fused `qkv` `[(N+2K)*Dh, D]` and `gate_up`
     `[2F, D]`, or separate `q`/`k`/`v`/`gate`/`up`.
@@ -430,8 +429,8 @@ DECODE_CACHE_AXES = (("batch", "kv_heads", "head_dim", "cache_length"),  # keys
 
 def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0) -> tuple:
     """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`: keys `[B, K, Dh, S']`
-    (transposed, so the scores contract Dh with S contiguous; about 1.3x faster attention in
-    the batch-32 decode on XLA:CPU, `benchmarks/decode_floor.py`), values `[B, K, S', Dh]`.
+    (transposed, so the scores contract Dh with S contiguous; timings in
+    docs/results/2026-12-01-decode-profile.md), values `[B, K, S', Dh]`.
 
     With `slots > S` the slot axis is zero-padded to `S' = slots` in the same pass: the
     sampler prefills a prompt-sized cache and adds the generation slots here, so the
@@ -462,8 +461,8 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
     (`decode_cache` layout), `mask [B, S]` -> `[B, K, G, Dh]`. Written as broadcast products
     reduced over Dh and then over S rather than as batched dots: with G = 3 query rows per kv
     head the dots are B * K tiny matmuls, while XLA:CPU fuses the multiply-reduce into one
-    streaming pass over the cache. Measured with `benchmarks/decode_floor.py` (30 layers):
-    1.77x the dots' speed at batch 256 x 448 slots, 0.95x at 32 x 112.
+    streaming pass over the cache (`benchmarks/decode_floor.py`; figures in
+    docs/results/2026-12-01-decode-profile.md).
     """
     f32 = jnp.float32
     scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]

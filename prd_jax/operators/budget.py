@@ -1,4 +1,4 @@
-"""Token budgets (PDR paper §3.1 and the Fig. 9 caption; DESIGN.md principle 4).
+"""Token budgets (PDR paper §3.1 and the Fig. 9 caption; docs/design.md principle 4).
 
 Every model call records, per problem, its input tokens (the whole prompt, workspace
 included), its output tokens, and whether it lies on the accepted path. Calls made in

@@ -5,7 +5,7 @@ is all the eval harness (`evaluate.build_spec`, config entries `{"type": "pdr", 
 runner's dispatch (`runner.run`), operator RL (`RLConfig.operator`) and the AOT program
 listing need: they find operators here alone. What each operator needs from its context
 (template roles, candidate headers `k_max`, summary budget `kappa`) and which rounds RL may
-train, its spec class declares (`specs.OperatorSpec`). README "Adding an operator" shows a
+train, its spec class declares (`specs.OperatorSpec`). docs/extending.md ("An operator") shows a
 new operator defined outside the library.
 
 The module itself is pure Python (it imports only `specs`).

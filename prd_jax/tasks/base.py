@@ -16,7 +16,7 @@ RL loops need to know about a domain:
 - `answer_key(completion)`: the key majority voting groups on (None: no answer).
 
 A user adds a task with one module: subclass `Task` (or instantiate one) and call
-`register_task`. README "Adding a task" has a worked example.
+`register_task`. docs/extending.md ("A task") has a worked example.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def register_task(task: Task, *, replace: bool = False) -> Task:
     missing = [m for m in ABSTRACT_METHODS if getattr(type(task), m) is getattr(Task, m)]
     if missing:
         raise ValueError(f"task {task.name!r} ({type(task).__name__}) does not define {missing}; a task subclasses "
-                         f"Task and defines {list(ABSTRACT_METHODS)} (README \"Adding a task\")")
+                         f"Task and defines {list(ABSTRACT_METHODS)} (docs/extending.md, \"A task\")")
     if task.name in TASKS and not replace and TASKS[task.name] is not task:
         raise ValueError(f"task {task.name!r} is already registered; pass replace=True to override it")
     TASKS[task.name] = task

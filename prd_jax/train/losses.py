@@ -1,6 +1,6 @@
 """Token-level RL and SFT losses, computed in fp32.
 
-Every loss returns an unreduced `(loss_sum, count)` (DESIGN.md, "Losses"): to average over
+Every loss returns an unreduced `(loss_sum, count)` (docs/design.md, "Principles"): to average over
 micro-batches or hosts, sum the sums and the counts, then divide once. Metrics are dicts of
 `(sum, count)` pairs reduced the same way. `weights [B, T]` select and weight the completion
 tokens (0 on prompt and padding).

@@ -24,7 +24,7 @@ def sft_loss_fn(cfg, mesh=None):
 
     The head runs in sequence chunks with its gradient formed in the forward pass
     (`chunked_xent.chunked_weighted_nll`): the `[B, T, V]` fp32 logits are never held whole
-    (README, train-step MFU). The sum is `losses.sft_loss`'s (token mean).
+    (step times: docs/results/2026-12-01-train-step-mfu.md). The sum is `losses.sft_loss`'s (token mean).
     """
     def loss(params, batch):
         hidden, _ = forward(cfg, params, batch["inputs"], batch["positions"],

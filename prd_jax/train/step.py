@@ -4,7 +4,7 @@ A non-finite loss or gradient norm rejects the update (metric `nonfinite`); the 
 halts after `config.max_nonfinite_steps` such steps in a row.
 
 `loss_fn(params, microbatch) -> (loss_sum, count, metrics)` where metrics maps names to
-(sum, count) pairs (DESIGN.md: losses return sums, so accumulation and multi-host
+(sum, count) pairs (docs/design.md: losses return sums, so accumulation and multi-host
 reduction give the true mean). The step scans over the microbatches `[A, B/A, ...]`,
 sums gradients of `loss_sum`, and divides by the total count once: the update equals
 the single-batch update on the whole batch (tested). Compiled ahead of time with explicit
