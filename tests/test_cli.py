@@ -1,7 +1,7 @@
-"""`prd-jax` as a new user meets it: `generate` on the embedded SmolLM2 (greedy by default),
-`inspect` (quiet logs, `step`, a clear error for a workdir without checkpoints), one-line
-errors for bad configs, overrides and flags, the notebook on a missing workdir, and the
-TensorFlow-free core imports."""
+"""`prd-jax` as a new user meets it: `generate` on the embedded SmolLM2 (greedy by default,
+the completion alone on stdout), `inspect` (quiet logs, `step`, a clear error for a workdir
+without checkpoints), one-line errors for bad configs, overrides and flags, the notebook on a
+missing workdir, the TensorFlow-free core imports and a `--help` that imports no jax."""
 
 import json
 import os
@@ -19,17 +19,16 @@ _LOADED = {}
 
 @pytest.fixture
 def cached_load(monkeypatch):
-    """The CLI's `load` memoised across this module's generate tests; loading SmolLM2 from
-    its GGUF dominates their run time."""
-    real_load = cli.load
+    """The CLI's `load_model` memoised across this module's generate tests; loading SmolLM2
+    from its GGUF dominates their run time."""
+    real_load = cli.load_model
 
-    def load(*args, **kwargs):
-        key = (args, tuple(sorted(kwargs.items())))
-        if key not in _LOADED:
-            _LOADED[key] = real_load(*args, **kwargs)
-        return _LOADED[key]
+    def load(*args):
+        if args not in _LOADED:
+            _LOADED[args] = real_load(*args)
+        return _LOADED[args]
 
-    monkeypatch.setattr(cli, "load", load)
+    monkeypatch.setattr(cli, "load_model", load)
     return load
 
 
@@ -72,7 +71,7 @@ def test_generate_without_flags_is_greedy(capsys, cached_load):
 
     cli.main(["generate", "--chat", "--max-new-tokens", "8", "--json"])
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    model = cached_load("smollm2-135m", None, mesh=None, dtype="float32")  # the model the CLI decoded with
+    model = cached_load("smollm2-135m", None, None, "float32")  # the model the CLI decoded with
     assert record["prompt_ids"] == model.tokenizer.encode_chat([{"role": "user", "content": cli.DEFAULT_PROMPT}])
     completion = record["completion_ids"]
     assert 2 <= len(completion) <= 8
@@ -83,6 +82,42 @@ def test_generate_without_flags_is_greedy(capsys, cached_load):
     # The recorded logprobs are those of the argmax tokens: -logsumexp(row - row max).
     logp = -np.log(np.exp(tail - tail.max(-1, keepdims=True)).sum(-1))
     np.testing.assert_allclose(record["logprobs"], logp, atol=2e-3)
+
+
+@pytest.mark.slow
+def test_generate_prints_the_completion_alone(capsys, cached_load):
+    """Default verbosity, in a fresh process that chooses its own JAX platform: stdout is the
+    greedy completion and nothing else (no `---`), stderr holds no INFO line (the sampler's
+    compile line) and no TPU / libtpu warning; `--verbose` brings the compile line back."""
+    args = ["generate", "--chat", "--max-new-tokens", "6"]
+    cli.main(args + ["--json"])
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["text"].strip() and len(record["completion_ids"]) >= 2
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    proc = subprocess.run([sys.executable, "-m", "prd_jax.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == record["text"] + "\n"
+    noisy = [ln for ln in proc.stderr.splitlines() if ln.startswith("INFO") or "TPU" in ln or "libtpu" in ln]
+    assert not noisy, proc.stderr
+    cli.main(args + ["--verbose"])
+    assert capsys.readouterr().out == "---\n" + record["text"] + "\n"
+
+
+def test_help_imports_no_jax():
+    """`prd-jax --help` (and a command's --help) parses flags without importing jax or the
+    train / eval / aot / model modules: each command imports its modules when it runs."""
+    code = ("import sys\nfrom prd_jax.cli import main\n"
+            "for argv in (['--help'], ['compile', '--help'], ['generate', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, e.code\n"
+            "heavy = ('jax', 'jax.numpy', 'flax', 'orbax', 'numpy', 'prd_jax.train', 'prd_jax.evaluate',\n"
+            "         'prd_jax.aot', 'prd_jax.model', 'prd_jax.sampling', 'prd_jax.serve', 'prd_jax.demo')\n"
+            "print('LOADED', sorted(m for m in heavy if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "LOADED []", proc.stdout[-500:]
+    commands = ("generate", "demo", "eval", "train", "compile", "serve", "inspect")
+    assert all(c in proc.stdout.split("{", 1)[1].split("}", 1)[0].split(",") for c in commands), proc.stdout[:800]
 
 
 # --------------------------------------------------------------------------- inspect, logs, errors
