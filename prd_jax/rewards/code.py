@@ -17,6 +17,19 @@ Kinds of tests
   when it exits with status 0 and stdout equals ``output`` up to line endings,
   trailing whitespace on each line and trailing blank lines.  Cases after a
   timed-out case are not run (they count as failed).
+* The case kinds (contest problems; V1 arXiv 2603.04304 §4 evaluates on
+  LiveCodeBench and CodeContests): one sandboxed runner process serves all
+  cases of a problem, each case under its own ``timeout_s`` (a fresh runner
+  starts only when one died).  ``kind="stdin"``: ``tests`` is a list of
+  ``{"input": str, "output": str}``; each case re-runs the program as
+  ``__main__`` with the input on fd 0 and compares stdout with
+  :func:`outputs_match` (``compare="lines"``, LiveCodeBench's checker, or
+  ``"tokens"`` with ``float_tol``, CodeContests).  ``kind="functional"``:
+  ``tests`` is a list of ``{"args": list, "expected": value}``; the program
+  loads once and each case calls ``Solution().<entry_point>(*args)`` (or the
+  function ``entry_point``), the judge comparing the returned value (tuples as
+  lists) with ``expected``.  ``stop_on_failure`` (default) stops at the first
+  failed case; after a time-out or a compile error no case runs.
 
 Statuses (``CodeResult.status``): ``"ok"`` every test passed; ``"failed"``
 some test failed, nothing abnormal; ``"timeout"`` wall-clock (``timeout_s``)
@@ -24,7 +37,11 @@ or CPU limit hit; ``"memory"`` ``MemoryError`` under the address-space limit
 (``memory_mb``); ``"output_limit"`` stdout + stderr over ``max_output_bytes``
 (the sandbox is killed); ``"error"`` the program did not load (syntax error,
 exception or ``exit()`` at import, missing entry point), crashed, broke the
-protocol, or exited non-zero (stdio).  Counts, not the status, are the reward.
+protocol, or exited non-zero (stdio).  The case kinds separate the outcomes
+of the first failed case instead: ``"wrong_answer"``, ``"runtime_error"`` (an
+exception, a non-zero exit or a crash), ``"compile_error"`` (the program does
+not compile), ``"timeout"``, ``"memory"``, ``"output_limit"`` (``"error"``
+only for a sandbox failure).  Counts, not the status, are the reward.
 
 Unforgeable counting
 --------------------
@@ -69,11 +86,13 @@ import ast
 import builtins
 import ctypes
 import dataclasses
+import decimal
 import inspect
 import json
 import math
 import os
 import random
+import re
 import resource
 import secrets
 import selectors
@@ -90,9 +109,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from prd_jax.rewards.pool import parallel_map
 
-__all__ = ["CodeResult", "STATUSES", "available_isolations", "count_tests", "evaluate", "evaluate_many", "isolation"]
+__all__ = ["CASE_KINDS", "COMPARES", "CodeResult", "STATUSES", "available_isolations", "count_tests", "evaluate",
+           "evaluate_many", "isolation", "outputs_match"]
 
-STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit")
+STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit", "wrong_answer", "runtime_error",
+            "compile_error")
+CASE_KINDS = ("stdin", "functional")  # one runner process serves many cases (contest problems)
+COMPARES = ("lines", "tokens")
 MODES = ("bwrap", "unshare", "rlimits")
 
 _THIS_FILE = os.path.abspath(__file__)
@@ -281,12 +304,15 @@ def _ns_setup(spec):
 
 
 def _runner_main(rfd, wfd):
-    """Untrusted side: load the program, then answer calls (assert) or just run it (stdio)."""
+    """Untrusted side: load the program, then answer calls (assert), just run it (stdio), or
+    serve one case per request (the case kinds, `run_cases`)."""
     import builtins
+    import io
     import json
     import os
     import struct
     import sys
+    import threading
 
     def read_exact(n):
         chunks = []
@@ -314,11 +340,86 @@ def _runner_main(rfd, wfd):
         except BaseException:  # noqa: BLE001
             return "?"
 
+    def run_cases():  # closure: the runner source has no module-level imports
+        """Untrusted side of the case kinds: compile once, then run one case per request.
+
+        "stdin": each case re-runs the program as ``__main__`` with the case's input on fd 0 (a
+        memfd, so ``input()``, ``sys.stdin`` and ``open(0)`` all see it) and stdout flushed into the
+        judge's pipe; "functional": the program loads once and each case calls
+        ``Solution().<entry_point>(*args)`` (or the top-level function ``entry_point``).
+        """
+        try:
+            code = compile(cfg["program"], "solution.py", "exec")
+        except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL bytes), RecursionError, ...
+            send({"t": "compile_error", "exc": type(e).__name__, "msg": text(e)})
+            return
+        functional = cfg["kind"] == "functional"
+        g = {"__name__": "solution", "__builtins__": builtins}
+        if functional:
+            try:
+                exec(code, g)
+            except BaseException as e:  # noqa: BLE001 - reported to the judge
+                send({"t": "load_error", "exc": type(e).__name__, "msg": text(e)})
+                return
+        send({"t": "ready"})
+
+        def finish_threads():
+            for t in threading.enumerate():
+                if t is not threading.main_thread() and not t.daemon:
+                    t.join()
+
+        while True:
+            try:
+                msg = recv()
+            except EOFError:
+                return
+            exc = None
+            value = None
+            try:
+                if functional:
+                    cls = g.get("Solution")
+                    fn = getattr(cls(), cfg["entry_point"]) if isinstance(cls, type) else g[cfg["entry_point"]]
+                    value = _enc(fn(*[_dec(a) for a in msg["args"]]))
+                else:
+                    data = msg["stdin"].encode("utf-8", "replace")
+                    fd = os.memfd_create("stdin")
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    os.dup2(fd, 0)
+                    os.close(fd)
+                    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
+                                                 encoding="utf-8", errors="replace")
+                    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "wb", closefd=False)),
+                                                  encoding="utf-8", errors="replace", line_buffering=False)
+                    exec(code, {"__name__": "__main__", "__builtins__": builtins, "__file__": "solution.py"})
+                    finish_threads()
+            except SystemExit as e:
+                finish_threads()
+                if not (e.code is None or e.code == 0):
+                    exc = ("SystemExit", "exit status %s" % (e.code,))
+            except BaseException as e:  # noqa: BLE001 - reported to the judge
+                exc = (type(e).__name__, text(e))
+            if not functional:
+                try:
+                    sys.stdout.flush()
+                except BaseException:  # noqa: BLE001 - e.g. the program closed stdout
+                    pass
+            if exc is None:
+                send({"t": "done", "v": value} if functional else {"t": "done"})
+            else:
+                send({"t": "exc", "exc": exc[0], "msg": exc[1]})
+
     cfg = recv()
     if cfg.get("ns"):
         _ns_setup(cfg["ns"])
     send({"t": "up"})
     src = cfg["program"]
+    if cfg["kind"] in CASE_KINDS:
+        run_cases()
+        sys.stdout.flush()
+        os._exit(0)
     if cfg["kind"] == "stdio":
         os.close(rfd)
         os.close(wfd)
@@ -363,7 +464,8 @@ def _runner_source() -> str:
     global _RUNNER_SRC
     if _RUNNER_SRC is None:
         parts = [inspect.getsource(f) for f in (_enc, _dec, _ns_setup, _runner_main)]
-        _RUNNER_SRC = "import sys\n" + "\n".join(parts) + "\n_runner_main(int(sys.argv[1]), int(sys.argv[2]))\n"
+        _RUNNER_SRC = ("import sys\nCASE_KINDS = %r\n" % (CASE_KINDS,) + "\n".join(parts)
+                       + "\n_runner_main(int(sys.argv[1]), int(sys.argv[2]))\n")
     return _RUNNER_SRC
 
 
@@ -424,6 +526,23 @@ def _check_stdio(tests) -> list[dict]:
             raise ValueError("stdio tests must be a list of {'input': str, 'output': str}")
         cases.append({"input": t["input"], "output": t["output"]})
     return cases
+
+
+def _check_functional(tests, entry_point) -> list[dict]:
+    if not isinstance(entry_point, str) or not entry_point.isidentifier():
+        raise ValueError(f"functional tests need entry_point, the method or function name; got {entry_point!r}")
+    if isinstance(tests, (str, bytes)) or not isinstance(tests, Iterable):
+        raise ValueError("functional tests must be a list of {'args': list, 'expected': value}")
+    cases = []
+    for t in tests:
+        if not isinstance(t, Mapping) or not isinstance(t.get("args"), (list, tuple)) or "expected" not in t:
+            raise ValueError("functional tests must be a list of {'args': list, 'expected': value}")
+        cases.append({"args": list(t["args"]), "expected": _as_lists(t["expected"])})
+    return cases
+
+
+def _check_cases(tests, kind, entry_point) -> list[dict]:
+    return _check_functional(tests, entry_point) if kind == "functional" else _check_stdio(tests)
 
 
 def _normalize_output(s: str) -> list[str]:
@@ -539,7 +658,7 @@ class _Box:
             self.workdir = home = cwd = tempfile.mkdtemp(prefix="run-", dir=cfg["workroot"])
             if uid is not None:
                 os.chown(home, uid, uid)
-        cpu = int(math.ceil(float(cfg["timeout_s"]))) + 2
+        cpu = int(math.ceil(float(cfg.get("cpu_s") or cfg["timeout_s"]))) + 2
         limits = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, int(cfg["memory_mb"]) << 20),
                   (resource.RLIMIT_FSIZE, _FILE_LIMIT), (resource.RLIMIT_CORE, 0),
                   (resource.RLIMIT_NOFILE, 256)]
@@ -562,7 +681,8 @@ class _Box:
         for name, fd in self.open.items():
             self.sel.register(fd, selectors.EVENT_READ, name)
         deadline = self.t_start + _STARTUP_LIMIT_S
-        self.send({"kind": cfg["kind"], "program": cfg["program"], "ns": ns}, deadline)
+        self.send({"kind": cfg["kind"], "program": cfg["program"], "ns": ns, "entry_point": cfg.get("entry_point")},
+                  deadline)
         up = self.recv(deadline)
         if up.get("t") != "up":
             raise self.abort("error", "sandbox protocol violation at start-up")
@@ -907,6 +1027,193 @@ def _judge_stdio(cfg: dict) -> dict:
     return {"passed": passed, "total": len(cases), "status": status or "failed", "detail": detail}
 
 
+_NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_INT_RE = re.compile(r"[+-]?\d+")
+
+
+def _decimal_tokens(line: str) -> list | None:
+    try:
+        return [decimal.Decimal(t) for t in line.split()]
+    except (decimal.InvalidOperation, ValueError):
+        return None
+
+
+def _tokens_equal(got: str, want: str, float_tol: float) -> bool:
+    if got == want:
+        return True
+    if not (_NUMBER_RE.fullmatch(got) and _NUMBER_RE.fullmatch(want)):
+        return False
+    if _INT_RE.fullmatch(got) and _INT_RE.fullmatch(want):
+        return int(got) == int(want)  # integers exactly: a tolerance would equate 10**17 and 10**17 + 1
+    a, b = float(got), float(want)
+    return math.isfinite(a) and abs(a - b) <= float_tol * max(1.0, abs(b))
+
+
+def outputs_match(got: str, want: str, compare: str = "lines", float_tol: float = 1e-6) -> bool:
+    """Whether program output ``got`` is accepted for the expected output ``want``.
+
+    ``compare="lines"`` (LiveCodeBench's checker): the outputs, stripped, have the same number of
+    lines, and each stripped line equals its counterpart or both are whitespace-separated numbers
+    with equal decimal values ("1.0" == "1"). ``compare="tokens"`` (CodeContests): the
+    whitespace-separated tokens agree one for one; integer tokens exactly, other numeric tokens
+    within ``float_tol`` absolute error, or relative error where ``|want| > 1``.
+    """
+    if compare == "lines":
+        got_lines = [ln.strip() for ln in got.strip().split("\n")]
+        want_lines = [ln.strip() for ln in want.strip().split("\n")]
+        if len(got_lines) != len(want_lines):
+            return False
+        for g, w in zip(got_lines, want_lines):
+            if g != w:
+                dg, dw = _decimal_tokens(g), _decimal_tokens(w)
+                if dg is None or dw is None or dg != dw:
+                    return False
+        return True
+    if compare == "tokens":
+        got_t, want_t = got.split(), want.split()
+        return len(got_t) == len(want_t) and all(_tokens_equal(g, w, float_tol) for g, w in zip(got_t, want_t))
+    raise ValueError(f"compare={compare!r}; allowed: {COMPARES}")
+
+
+def _as_lists(x):
+    """Tuples as lists, recursively (a functional answer may return either; the gold is JSON)."""
+    if isinstance(x, (list, tuple)):
+        return [_as_lists(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _as_lists(v) for k, v in x.items()}
+    return x
+
+
+def _case_reply(box: "_Box") -> dict | None:
+    """The runner's reply to the current case, or None when the runner exited without one."""
+    while True:
+        if box.gone:
+            raise box.gone
+        msg = box._frame()
+        if msg is not None:
+            return msg
+        if "rpc" not in box.open:
+            return None
+        left = box.deadline - time.monotonic()
+        if left <= 0:
+            raise box.abort("timeout", "time limit exceeded")
+        box._poll(min(left, 0.5))
+
+
+def _drain(box: "_Box", until_eof: bool) -> None:
+    """Read the output the runner has written (all of it up to EOF when it exited), within the deadline."""
+    while box.open and ("out" in box.open or "err" in box.open):
+        left = box.deadline - time.monotonic()
+        if left <= 0:
+            raise box.abort("timeout", "time limit exceeded")
+        if not until_eof and not box.sel.select(0):
+            return
+        box._poll(min(left, 0.05))
+        if until_eof and box.proc.poll() is not None and not box.sel.select(0.05):
+            return
+
+
+def _exit_status(box: "_Box", rc: int | None) -> tuple[str, str]:
+    err = box.err.decode("utf-8", "replace")
+    if "MemoryError" in err:
+        return "memory", "MemoryError"
+    if rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        return "timeout", f"CPU time limit, rc={rc}"
+    return "runtime_error", f"exit status {rc}: {err.strip()[-200:]}"
+
+
+def _judge_cases(cfg: dict) -> dict:
+    """Case kinds ("stdin", "functional"): one runner process serves the cases in order, each case
+    with its own ``timeout_s``; a fresh runner starts only after one died. Stops at the first failed
+    case when ``cfg["stop_on_failure"]``, and always after a time-out or a compile error (the cases
+    not run count as failed). The status is that of the first failed case."""
+    cases, kind = cfg["tests"], cfg["kind"]
+    passed, status, detail = 0, None, ""
+    box, timed_out = None, False
+    try:
+        for i, case in enumerate(cases):
+            if timed_out or (status is not None and cfg["stop_on_failure"]):
+                break
+            ev, why = None, ""
+            try:
+                if box is None:
+                    box = _Box(cfg)
+                    first = _case_reply(box)
+                    if first is None:
+                        raise box.abort(*_exit_status(box, box.proc.wait()))
+                    if first.get("t") == "compile_error":
+                        ev, why = "compile_error", f"{first.get('exc')}: {str(first.get('msg'))[:300]}"
+                        status, detail = status or ev, detail or why
+                        break
+                    if first.get("t") == "load_error":
+                        ev = "memory" if first.get("exc") == "MemoryError" else "runtime_error"
+                        raise box.abort(ev, f"program failed to load: {first.get('exc')}: "
+                                            f"{str(first.get('msg'))[:300]}")
+                    if first.get("t") != "ready":
+                        raise box.abort("error", "sandbox protocol violation")
+                box.out, box.nout, box.err = bytearray(), 0, bytearray()
+                box.deadline = time.monotonic() + float(cfg["timeout_s"])
+                if kind == "functional":
+                    box.send({"t": "case", "args": [_enc(a) for a in case["args"]]}, box.deadline)
+                else:
+                    box.send({"t": "case", "stdin": case["input"]}, box.deadline)
+                reply = _case_reply(box)
+                _drain(box, until_eof=reply is None)
+                if reply is None:  # exited without replying: os._exit after printing, a crash, a signal
+                    try:
+                        rc = box.proc.wait(timeout=max(0.1, box.deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        raise box.abort("timeout", "time limit exceeded") from None
+                    out = bytes(box.out).decode("utf-8", "replace")
+                    ev, why = _exit_status(box, rc)
+                    box.close()
+                    box = None
+                    if rc == 0 and kind == "stdin":
+                        if outputs_match(out, case["output"], cfg["compare"], cfg["float_tol"]):
+                            passed += 1
+                            continue
+                        ev, why = "wrong_answer", f"wrong output {out[:120]!r}"
+                    elif rc == 0:
+                        ev, why = "runtime_error", "the program exited instead of returning"
+                    timed_out = ev == "timeout"
+                    status, detail = status or ev, detail or f"case {i}: {why}"
+                    continue
+                if reply.get("t") == "exc":
+                    name = str(reply.get("exc"))
+                    ev = "memory" if name == "MemoryError" else "runtime_error"
+                    why = f"{name}: {str(reply.get('msg'))[:300]}"
+                elif reply.get("t") != "done":
+                    raise box.abort("error", "sandbox protocol violation")
+                elif kind == "functional":
+                    try:
+                        got = _as_lists(_dec(reply.get("v")))
+                    except (TypeError, ValueError, KeyError, RecursionError):
+                        raise box.abort("error", "sandbox protocol violation (malformed value)") from None
+                    if got == case["expected"]:
+                        passed += 1
+                        continue
+                    ev, why = "wrong_answer", f"returned {repr(got)[:120]}, expected {repr(case['expected'])[:120]}"
+                else:
+                    out = bytes(box.out).decode("utf-8", "replace")
+                    if outputs_match(out, case["output"], cfg["compare"], cfg["float_tol"]):
+                        passed += 1
+                        continue
+                    ev, why = "wrong_answer", f"wrong output {out[:120]!r}"
+            except _Gone as g:
+                ev, why = ("runtime_error" if g.status == "error" and "protocol" not in g.detail else g.status), g.detail
+                if box is not None:
+                    box.close()
+                box = None
+            timed_out = ev == "timeout"
+            status, detail = status or ev, detail or f"case {i}: {why}"
+    finally:
+        if box is not None:
+            box.close()
+    if passed == len(cases):
+        return {"passed": passed, "total": len(cases), "status": "ok", "detail": ""}
+    return {"passed": passed, "total": len(cases), "status": status or "wrong_answer", "detail": detail}
+
+
 def _judge_entry() -> None:
     """Judge process: config JSON on stdin, result JSON on (the original) stdout."""
     import resource
@@ -918,7 +1225,8 @@ def _judge_entry() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # test code may print; keep the result channel clean
     try:
-        res = _judge_assert(cfg) if cfg["kind"] == "assert" else _judge_stdio(cfg)
+        judge = {"assert": _judge_assert, "stdio": _judge_stdio}.get(cfg["kind"], _judge_cases)
+        res = judge(cfg)
     except BaseException as e:  # noqa: BLE001
         res = {"passed": 0, "total": -1, "status": "error", "detail": f"judge: {_short(e)}"}
     finally:
@@ -1050,15 +1358,26 @@ def isolation() -> str:
     return mode
 
 
-def _evaluate(program, tests, *, kind, timeout_s, memory_mb, entry_point, max_output_bytes, mode, opts):
-    if kind == "assert":
+def _evaluate(program, tests, *, kind, timeout_s, memory_mb, entry_point, max_output_bytes, mode, opts,
+              stop_on_failure=True, compare="lines", float_tol=1e-6):
+    extra = {}
+    if kind in CASE_KINDS:
+        if compare not in COMPARES:
+            raise ValueError(f"compare={compare!r}; allowed: {COMPARES}")
+        if not (isinstance(float_tol, (int, float)) and float_tol >= 0):
+            raise ValueError(f"float_tol={float_tol!r}; allowed: a number >= 0")
+        tests = _check_cases(tests, kind, entry_point)
+        total = n_runs = len(tests)
+        extra = {"stop_on_failure": bool(stop_on_failure), "compare": compare, "float_tol": float(float_tol),
+                 "cpu_s": float(timeout_s) * (total + 1)}
+    elif kind == "assert":
         _, steps, _ = _plan_assert(tests, entry_point)
         total, n_runs, tests = sum(c for _, c in steps), 1, (tests if isinstance(tests, str) else list(tests))
     elif kind == "stdio":
         tests = _check_stdio(tests)
         total = n_runs = len(tests)
     else:
-        raise ValueError(f"kind must be 'assert' or 'stdio', not {kind!r}")
+        raise ValueError(f"kind must be one of {('assert', 'stdio') + CASE_KINDS}, not {kind!r}")
     if total == 0:
         return CodeResult(0, 0, "error", "no tests")
     if not isinstance(program, str):
@@ -1066,7 +1385,7 @@ def _evaluate(program, tests, *, kind, timeout_s, memory_mb, entry_point, max_ou
     cfg = {"program": program, "tests": tests, "kind": kind, "timeout_s": float(timeout_s),
            "runner_src": _runner_source(),
            "memory_mb": int(memory_mb), "entry_point": entry_point, "max_output_bytes": int(max_output_bytes),
-           "mode": mode, "opts": opts}
+           "mode": mode, "opts": opts, **extra}
     try:
         return _run_judge(cfg, total, n_runs)
     except OSError as e:  # e.g. out of processes
@@ -1075,12 +1394,15 @@ def _evaluate(program, tests, *, kind, timeout_s, memory_mb, entry_point, max_ou
 
 def evaluate(program: str, tests, *, kind: str = "assert", timeout_s: float = 5.0, memory_mb: int = 1024,
              entry_point: str | None = None, max_output_bytes: int = 1 << 20,
-             sandbox: str | None = None) -> CodeResult:
+             sandbox: str | None = None, stop_on_failure: bool = True, compare: str = "lines",
+             float_tol: float = 1e-6) -> CodeResult:
     """Run ``program`` against ``tests`` in a sandbox and count passed tests (see module docstring).
 
     ``timeout_s`` is the wall-clock budget of one sandboxed run (the whole
-    assert suite, or one stdio case), start-up excluded; ``memory_mb`` the
+    assert suite, or one stdio / stdin / functional case), start-up excluded; ``memory_mb`` the
     address-space limit; ``sandbox`` forces a mode (default :func:`isolation`).
+    The case kinds ("stdin", "functional") also take ``stop_on_failure`` (stop at the first
+    failed case), and "stdin" takes ``compare`` and ``float_tol`` (:func:`outputs_match`).
     Raises ValueError for malformed ``tests``/``kind``; never for program behaviour.
     """
     mode = sandbox or isolation()
@@ -1088,7 +1410,8 @@ def evaluate(program: str, tests, *, kind: str = "assert", timeout_s: float = 5.
     if opts is None:
         raise RuntimeError(f"sandbox mode {mode!r} is not available here")
     return _evaluate(program, tests, kind=kind, timeout_s=timeout_s, memory_mb=memory_mb, entry_point=entry_point,
-                     max_output_bytes=max_output_bytes, mode=mode, opts=opts)
+                     max_output_bytes=max_output_bytes, mode=mode, opts=opts, stop_on_failure=stop_on_failure,
+                     compare=compare, float_tol=float_tol)
 
 
 def evaluate_many(items: Iterable[Mapping[str, Any] | Sequence[Any]], *, workers: int | None = None,
@@ -1124,7 +1447,9 @@ def count_tests(tests, *, kind: str = "assert", entry_point: str | None = None) 
         return sum(c for _, c in steps)
     if kind == "stdio":
         return len(_check_stdio(tests))
-    raise ValueError(f"kind must be 'assert' or 'stdio', not {kind!r}")
+    if kind in CASE_KINDS:
+        return len(_check_cases(tests, kind, entry_point))
+    raise ValueError(f"kind must be one of {('assert', 'stdio') + CASE_KINDS}, not {kind!r}")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--judge"]:

@@ -1,17 +1,20 @@
 """Task plug-ins (issue 14 §1): one module per family, looked up by name.
 
     from prd_jax.tasks import get_task
-    task = get_task("humaneval")          # or gsm8k, math500, aime2024, aime2025, modchain, modinverse
+    task = get_task("humaneval")          # or gsm8k, math500, aime2024, aime2025, hmmt_feb2025,
+                                          # livecodebench(_v5, _v6), codecontests, modchain, modinverse
     rows = task.problems(limit=4)
     task.grade(rows[0], completion)       # {"reward", "correct", "parsed", ...}
 
-`base` holds `Task` and the registry; `math`, `humaneval`, `synthetic` register the builtin
-tasks on import; `grading` holds the operators' host callbacks (`TaskGrader`,
+`base` holds `Task` and the registry; `math`, `humaneval`, `synthetic`, `livecodebench`,
+`codecontests` and `hmmt` register the builtin tasks on import (`contest` is the code-contest
+tasks' shared grading); `grading` holds the operators' host callbacks (`TaskGrader`,
 `TaskGrouper`); `rows` reads data through the data layer. No JAX or TensorFlow is imported.
 """
 
 from prd_jax.tasks.base import TASKS, Task, get_task, register_task, task_names
 from prd_jax.tasks import humaneval, math, synthetic  # noqa: F401  (register the builtin tasks)
+from prd_jax.tasks import codecontests, hmmt, livecodebench  # noqa: F401,E402  (contest and HMMT tasks)
 from prd_jax.tasks.math import DATASET_TASKS
 
 
