@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Pinned versions of every package (pip constraints); `make lock` regenerates it.
 LOCK := constraints.txt
 
-.PHONY: demo test bench setup clean sandbox lock
+.PHONY: demo test test-fast bench setup clean sandbox lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ demo: $(STAMP)
 
 test: $(STAMP) | sandbox
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# The fast tier: every test not marked `slow` (docs/development.md).
+test-fast: $(STAMP) | sandbox
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/sampler_throughput.py --batch 8
