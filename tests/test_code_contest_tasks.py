@@ -70,6 +70,9 @@ def lcb_grades():
         ("syntax", stdin, "def main(:\n    print(1)\n"),
         ("sys_stdin", stdin, "import sys\nprint(sum(map(int, sys.stdin.read().split())))\n"),
         ("public_only", stdin, "print(3)\n"),
+        ("open0_thread", stdin, "import threading\ndef main():\n    a, b = map(int, open(0).read().split())\n"
+                                "    print(a + b)\nthreading.Thread(target=main).start()\n"),
+        ("os_exit", stdin, "import os\na, b = map(int, input().split())\nprint(a + b, flush=True)\nos._exit(0)\n"),
         ("f_ok", func, SHIFT_OK),
         ("f_tuple", func, SHIFT_OK.replace("return [x + k for x in nums]", "return tuple(x + k for x in nums)")),
         ("f_wrong", func, SHIFT_OK.replace("x + k", "x - k")),
@@ -83,7 +86,9 @@ def lcb_grades():
 def test_lcb_statuses_are_distinct(lcb_grades):
     g = lcb_grades
     assert (g["ok"]["status"], g["ok"]["reward"], g["ok"]["passed"], g["ok"]["total"]) == ("ok", 1.0, 3, 3)
-    assert g["sys_stdin"]["correct"] and g["sys_stdin"]["status"] == "ok"
+    # sys.stdin, open(0) in a thread, and os._exit after printing (a fresh runner per case) all pass
+    for name in ("sys_stdin", "open0_thread", "os_exit"):
+        assert (g[name]["status"], g[name]["passed"]) == ("ok", 3), (name, g[name])
     expected = {"wrong": "wrong_answer", "timeout": "timeout", "runtime": "runtime_error", "syntax": "compile_error"}
     for name, status in expected.items():
         assert (g[name]["status"], g[name]["reward"], g[name]["correct"]) == (status, 0.0, False), (name, g[name])

@@ -361,6 +361,7 @@ def _runner_main(rfd, wfd):
             except BaseException as e:  # noqa: BLE001 - reported to the judge
                 send({"t": "load_error", "exc": type(e).__name__, "msg": text(e)})
                 return
+        saved_out, saved_err = os.dup(1), os.dup(2)  # the judge's pipes, restored at each case
         send({"t": "ready"})
 
         def finish_threads():
@@ -381,14 +382,17 @@ def _runner_main(rfd, wfd):
                     fn = getattr(cls(), cfg["entry_point"]) if isinstance(cls, type) else g[cfg["entry_point"]]
                     value = _enc(fn(*[_dec(a) for a in msg["args"]]))
                 else:
+                    os.dup2(saved_out, 1)  # a program may have closed them (open(1, "w") closes on exit)
+                    os.dup2(saved_err, 2)
                     data = msg["stdin"].encode("utf-8", "replace")
-                    fd = os.memfd_create("stdin")
+                    fd = os.memfd_create("stdin")  # fd 0 itself when the last case closed it (open(0))
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd, view):]
                     os.lseek(fd, 0, os.SEEK_SET)
-                    os.dup2(fd, 0)
-                    os.close(fd)
+                    if fd != 0:
+                        os.dup2(fd, 0)
+                        os.close(fd)
                     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
                                                  encoding="utf-8", errors="replace")
                     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "wb", closefd=False)),

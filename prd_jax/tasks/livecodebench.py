@@ -91,7 +91,7 @@ class _TextOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"private_test_cases: refusing pickled global {module}.{name}")
 
 
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=16)  # a batch holds N candidates of few problems
 def _decode_private(text: str) -> tuple:
     text = text.strip()
     if not text:
