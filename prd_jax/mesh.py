@@ -32,6 +32,9 @@ LOGICAL_RULES: dict[str, tuple[str, ...]] = {
     "vocab": ("tensor",),
     "layers": (),
     "norm": (),
+    # Mixture-of-experts expert axis (expert parallelism, MaxText's `expert` name). It takes
+    # `fsdp`; an expert weight's `embed` dimension then stays whole (a mesh axis is used once).
+    "expert": ("fsdp",),
 }
 
 MeshShape = Union[str, Mapping[str, int], Sequence[int], None]

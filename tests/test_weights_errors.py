@@ -355,9 +355,9 @@ def test_config_missing_required_key(tmp_path):
 
 
 def test_unsupported_rope_type(tmp_path):
-    config = dict(TINY_CONFIG, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    config = dict(TINY_CONFIG, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
     directory = write_hf_dir(tmp_path / "r", config=config)
-    with pytest.raises(ValueError, match="'yarn'.*llama3"):
+    with pytest.raises(ValueError, match="'dynamic'.*llama3, yarn"):
         load("tiny", path=directory)
 
 

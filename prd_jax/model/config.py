@@ -1,16 +1,19 @@
 """Decoder hyper-parameters and the named model table.
 
-One `ModelConfig` covers the three families the decoder implements:
-Llama-3 / SmolLM2 (`llama`), Qwen2.5 (`qwen2`, q/k/v bias) and Qwen3 (`qwen3`,
-per-head q/k RMSNorm).
+One `ModelConfig` covers the four families the decoder implements:
+Llama-3 / SmolLM2 (`llama`), Qwen2.5 (`qwen2`, q/k/v bias), Qwen3 (`qwen3`,
+per-head q/k RMSNorm) and GPT-OSS (`gpt_oss`: mixture-of-experts MLP, q/k/v/o biases,
+a learned sink logit per head, sliding-window attention on alternate layers, YaRN RoPE).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
-FAMILIES = ("llama", "qwen2", "qwen3")
+FAMILIES = ("llama", "qwen2", "qwen3", "gpt_oss")
+MOE_DISPATCH = ("grouped", "dense")  # `ModelConfig.moe_dispatch`; "dense" is the tests' reference
 DTYPES = ("float32", "bfloat16")
 # What a layer keeps for its backward pass (`ModelConfig.remat`); True / False are "full" / "none".
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
@@ -24,6 +27,31 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnScaling:
+    """YaRN RoPE scaling (Peng et al. 2023, arXiv 2309.00071, Sec. 3.2-3.4; `rope_type: yarn`).
+
+    Frequencies whose wavelength fits `beta_fast` or more times in the original context keep
+    their value, those fitting `beta_slow` or fewer times are divided by `factor`, with a
+    linear ramp between (over the rotary dimension index); cos and sin are multiplied by
+    `attention_factor` (default `0.1 ln(factor) + 1`). `truncate` floors / ceils the ramp's
+    ends to whole dimensions (transformers' default True; GPT-OSS sets False).
+    """
+
+    factor: float = 32.0
+    original_max_position: int = 4096
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: Optional[float] = None
+
+    @property
+    def mscale(self) -> float:
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+        return 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +86,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     rope_theta: float = 10000.0
-    rope_scaling: Optional[RopeScaling] = None
+    rope_scaling: Optional[Any] = None  # RopeScaling (llama3) or YarnScaling
     rms_eps: float = 1e-5
     tie_embeddings: bool = True
     max_position: int = 8192
@@ -67,6 +95,19 @@ class ModelConfig:
     remat: Any = "dots_no_batch"
     scan_unroll: int = 1
     enable_thinking: Optional[bool] = None
+    # Mixture of experts (gpt_oss): `num_experts` SwiGLU experts, `experts_per_token` chosen
+    # per token by a biased linear router (softmax over the chosen logits; `prd_jax.model.moe`).
+    num_experts: int = 0
+    experts_per_token: int = 0
+    swiglu_limit: float = 7.0
+    swiglu_alpha: float = 1.702
+    moe_dispatch: str = "grouped"
+    # Router load-balancing loss weight (`moe.load_balancing_loss`); 0 leaves it off.
+    router_aux_loss_coef: float = 0.0
+    # Sliding-window attention: a query sees the `sliding_window` latest keys (itself
+    # included) on the layers whose `sliding_layers` entry is True; None: no window.
+    sliding_window: Optional[int] = None
+    sliding_layers: Optional[tuple] = None
 
     @property
     def remat_policy(self) -> str:
@@ -88,6 +129,24 @@ class ModelConfig:
         if not isinstance(self.scan_unroll, int) or not 1 <= self.scan_unroll <= self.num_layers:
             raise ValueError(f"ModelConfig.scan_unroll={self.scan_unroll!r}; allowed: an int in 1..num_layers="
                              f"{self.num_layers}")
+        if self.moe_dispatch not in MOE_DISPATCH:
+            raise ValueError(f"ModelConfig.moe_dispatch={self.moe_dispatch!r}; allowed: {MOE_DISPATCH}")
+        if self.family == "gpt_oss":
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise ValueError(f"ModelConfig.experts_per_token={self.experts_per_token}; allowed: 1.."
+                                 f"num_experts={self.num_experts} (gpt_oss is a mixture of experts)")
+        elif self.num_experts:
+            raise ValueError(f"ModelConfig.num_experts={self.num_experts}; only family 'gpt_oss' has experts")
+        if self.sliding_window is not None:
+            if self.family != "gpt_oss":
+                raise ValueError(f"ModelConfig.sliding_window={self.sliding_window}; only family 'gpt_oss' has "
+                                 "sliding-window layers (allowed: None)")
+            if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
+                raise ValueError(f"ModelConfig.sliding_window={self.sliding_window!r}; allowed: None or an int >= 1")
+            if self.sliding_layers is None or len(self.sliding_layers) != self.num_layers:
+                raise ValueError(f"ModelConfig.sliding_layers={self.sliding_layers!r}; with sliding_window set it "
+                                 f"must be a tuple of num_layers={self.num_layers} bools")
+            object.__setattr__(self, "sliding_layers", tuple(bool(b) for b in self.sliding_layers))
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"ModelConfig.num_heads={self.num_heads} must be a multiple of "
@@ -95,7 +154,26 @@ class ModelConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.family == "qwen2"
+        return self.family in ("qwen2", "gpt_oss")
+
+    @property
+    def o_bias(self) -> bool:
+        return self.family == "gpt_oss"
+
+    @property
+    def attn_sinks(self) -> bool:
+        """A learned logit per head joins each softmax denominator (GPT-OSS)."""
+        return self.family == "gpt_oss"
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def layer_window(self, layer: int) -> Optional[int]:
+        """The sliding window of layer `layer` (None: full attention)."""
+        if self.sliding_window is None or not self.sliding_layers[layer]:
+            return None
+        return self.sliding_window
 
     @property
     def qk_norm(self) -> bool:
@@ -109,7 +187,13 @@ class ModelConfig:
         d, q, kv = self.hidden, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         attn = d * q + 2 * d * kv + q * d + (q + 2 * kv if self.qkv_bias else 0)
         attn += 2 * self.head_dim if self.qk_norm else 0
-        layer = attn + 3 * d * self.intermediate + 2 * d
+        attn += (d if self.o_bias else 0) + (self.num_heads if self.attn_sinks else 0)
+        if self.is_moe:  # router (+ bias) and per-expert gate/up/down (+ biases)
+            f, e = self.intermediate, self.num_experts
+            mlp = d * e + e + e * (3 * d * f + 2 * f + d)
+        else:
+            mlp = 3 * d * self.intermediate
+        layer = attn + mlp + 2 * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         return self.num_layers * layer + embed + d
 
@@ -146,6 +230,14 @@ NAMED_CONFIGS: dict[str, ModelConfig] = {
     "llama3.1-8b": ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rope_theta=500000.0,
                                rope_scaling=_llama31_scaling(), rms_eps=1e-5,
                                tie_embeddings=False, max_position=131072),
+    # GPT-OSS-20B (the V1 paper's main model), openai/gpt-oss-20b config.json: 24 layers, the
+    # even ones on a 128-token sliding window; 32 experts, top-4; YaRN x32 over 4096 positions.
+    "gpt-oss-20b": ModelConfig("gpt_oss", 201088, 2880, 2880, 24, 64, 8, 64, rope_theta=150000.0,
+                               rope_scaling=YarnScaling(factor=32.0, original_max_position=4096, beta_fast=32.0,
+                                                        beta_slow=1.0, truncate=False),
+                               rms_eps=1e-5, tie_embeddings=False, max_position=131072, num_experts=32,
+                               experts_per_token=4, swiglu_limit=7.0, swiglu_alpha=1.702, sliding_window=128,
+                               sliding_layers=tuple(i % 2 == 0 for i in range(24))),
 }
 
 
@@ -157,7 +249,7 @@ def get_model_config(name: str, **overrides: Any) -> ModelConfig:
 
 
 def from_hf_config(hf: dict) -> ModelConfig:
-    """ModelConfig from a transformers `config.json` dict (llama, qwen2 or qwen3)."""
+    """ModelConfig from a transformers `config.json` dict (llama, qwen2, qwen3 or gpt_oss)."""
     model_type = hf.get("model_type")
     if model_type not in FAMILIES:
         raise ValueError(f"config.json model_type={model_type!r}; supported: {FAMILIES}")
@@ -174,11 +266,23 @@ def from_hf_config(hf: dict) -> ModelConfig:
         scaling = RopeScaling(float(rs["factor"]), float(rs["low_freq_factor"]),
                               float(rs["high_freq_factor"]),
                               int(rs["original_max_position_embeddings"]))
+    elif rope_type == "yarn":
+        for key in ("factor", "original_max_position_embeddings"):
+            if rs.get(key) is None:
+                raise ValueError(f"config.json rope_scaling (rope_type yarn) is missing required key {key!r}")
+        scaling = YarnScaling(
+            factor=float(rs["factor"]), original_max_position=int(rs["original_max_position_embeddings"]),
+            beta_fast=float(rs.get("beta_fast") or 32.0), beta_slow=float(rs.get("beta_slow") or 1.0),
+            truncate=bool(rs.get("truncate", True)),
+            attention_factor=None if rs.get("attention_factor") is None else float(rs["attention_factor"]))
+        if rs.get("mscale") or rs.get("mscale_all_dim"):
+            raise ValueError("config.json rope_scaling: yarn mscale / mscale_all_dim are not supported")
     elif rope_type not in (None, "default"):
-        raise ValueError(f"config.json rope_scaling.rope_type={rope_type!r}; supported: llama3, default")
+        raise ValueError(f"config.json rope_scaling.rope_type={rope_type!r}; supported: llama3, yarn, default")
     if model_type == "qwen2" and hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; allowed: false")
-    tie = hf.get("tie_word_embeddings", False)  # transformers' default for all three families
+    tie = hf.get("tie_word_embeddings", False)  # transformers' default for all four families
+    extra = _gpt_oss_fields(hf) if model_type == "gpt_oss" else {}
     return ModelConfig(
         family=model_type,
         vocab_size=hf["vocab_size"],
@@ -193,4 +297,29 @@ def from_hf_config(hf: dict) -> ModelConfig:
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(tie),
         max_position=int(hf.get("max_position_embeddings", 8192)),
+        **extra,
     )
+
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _gpt_oss_fields(hf: dict) -> dict:
+    """The GPT-OSS keys of config.json: experts, the clamped SwiGLU and the layer types."""
+    for key in ("num_local_experts", "num_experts_per_tok"):
+        if key not in hf:
+            raise ValueError(f"config.json (gpt_oss) is missing required key {key!r}")
+    if not hf.get("attention_bias", True):
+        raise ValueError("config.json attention_bias=false is not supported for gpt_oss; allowed: true")
+    layers = hf["num_hidden_layers"]
+    types = hf.get("layer_types") or [LAYER_TYPES[i % 2] for i in range(layers)]
+    bad = [t for t in types if t not in LAYER_TYPES]
+    if bad or len(types) != layers:
+        raise ValueError(f"config.json layer_types={types!r}; allowed: {layers} entries from {LAYER_TYPES}")
+    window = hf.get("sliding_window")
+    sliding = tuple(t == "sliding_attention" for t in types)
+    if window is None or not any(sliding):
+        window, sliding = None, None
+    return dict(num_experts=int(hf["num_local_experts"]), experts_per_token=int(hf["num_experts_per_tok"]),
+                swiglu_limit=float(hf.get("swiglu_limit", 7.0)), swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)),
+                sliding_window=None if window is None else int(window), sliding_layers=sliding)

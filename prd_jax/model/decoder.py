@@ -26,7 +26,9 @@ from jax.sharding import Mesh
 
 from prd_jax.mesh import named_sharding
 from prd_jax.model.attention import SAVED_NAMES, causal_block_attention
-from prd_jax.model.config import ModelConfig, RopeScaling
+from prd_jax.model.config import ModelConfig, RopeScaling, YarnScaling
+from prd_jax.model.moe import MoE, moe_tokens
+from prd_jax.model.sinks import sink_attention
 
 Array = jax.Array
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -73,10 +75,13 @@ def _constrain(x: Array, names: tuple, mesh: Optional[Mesh]) -> Array:
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -> Array:
-    """RoPE inverse frequencies; with `scaling`, Llama-3.1's smooth low/high-frequency rule."""
+    """RoPE inverse frequencies; with `scaling`, Llama-3.1's smooth low/high-frequency rule
+    (`RopeScaling`) or YaRN's ramp (`YarnScaling`)."""
     inv = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
     if scaling is None:
         return inv
+    if isinstance(scaling, YarnScaling):
+        return _yarn_inv_freq(inv, head_dim, theta, scaling)
     wavelen = 2 * math.pi / inv
     low_wavelen = scaling.original_max_position / scaling.low_freq_factor
     high_wavelen = scaling.original_max_position / scaling.high_freq_factor
@@ -84,6 +89,29 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -
         scaling.high_freq_factor - scaling.low_freq_factor)
     mid = (1 - smooth) * inv / scaling.factor + smooth * inv
     return jnp.where(wavelen < high_wavelen, inv, jnp.where(wavelen > low_wavelen, inv / scaling.factor, mid))
+
+
+def _yarn_inv_freq(inv: Array, head_dim: int, theta: float, s: YarnScaling) -> Array:
+    """YaRN (arXiv 2309.00071, Sec. 3.2): rotary pair i keeps `inv_i` where its wavelength fits
+    more than `beta_fast` times in the original context, is divided by `factor` where it fits
+    fewer than `beta_slow` times, with a linear ramp over i between the two."""
+    def dim_for(rotations):  # the pair index whose wavelength fits `rotations` times
+        return head_dim * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+    low, high = dim_for(s.beta_fast), dim_for(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = jnp.clip((jnp.arange(head_dim // 2, dtype=jnp.float32) - low) / (high - low), 0, 1)
+    return inv / s.factor * ramp + inv * (1 - ramp)
+
+
+def rope_tables(cfg: ModelConfig, positions: Array) -> tuple:
+    """cos / sin `[..., Dh/2]` of `positions [...]` (times YaRN's attention factor, if any)."""
+    angles = positions.astype(jnp.float32)[..., None] * rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+    mscale = cfg.rope_scaling.mscale if isinstance(cfg.rope_scaling, YarnScaling) else 1.0
+    return jnp.cos(angles) * mscale, jnp.sin(angles) * mscale
 
 
 def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
@@ -149,6 +177,10 @@ class Attention(nn.Module):
             q = q + self.param("q_bias", nn.with_logical_partitioning(zeros, ("heads", "head_dim")), (n, h), pdt).astype(dt)
             key = key + self.param("k_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
             val = val + self.param("v_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
+        sinks = None
+        if cfg.attn_sinks:
+            sinks = self.param("sinks", nn.with_logical_partitioning(nn.initializers.zeros, ("heads",)), (n,),
+                               _DTYPES[cfg.param_dtype])
         if cfg.qk_norm:
             q = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="q_norm")(q)
             key = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="k_norm")(key)
@@ -163,14 +195,20 @@ class Attention(nn.Module):
             if not self.prefill:  # decode reads the layer's whole cache; prefill only its own keys
                 key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
             cache_kv = (cache_k, cache_v, layer_idx)
-        if self.prefill:
+        if sinks is not None:  # every path: `mask` is explicit [B, 1, T, S] here (`Decoder`)
+            out = sink_attention(q, key, val, mask, sinks, 1.0 / math.sqrt(h))
+        elif self.prefill:
             out = prefill_attention(q, key, val, mask, 1.0 / math.sqrt(h))
         elif cache_kv is None:
             out = causal_block_attention(q, key, val, mask, 1.0 / math.sqrt(h), fused=cfg.remat_policy != "full")
         else:
             out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
         out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
-        return _tokens(out.reshape(b, t, n * h), wo.reshape(n * h, d).astype(dt)), cache_kv
+        out = _tokens(out.reshape(b, t, n * h), wo.reshape(n * h, d).astype(dt))
+        if cfg.o_bias:
+            out = out + self.param("o_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)), (d,),
+                                   _DTYPES[cfg.param_dtype]).astype(dt)
+        return out, cache_kv
 
 
 class MLP(nn.Module):
@@ -202,11 +240,20 @@ class Layer(nn.Module):
     def __call__(self, carry, layer_idx, cos, sin, mask, write_index):
         x, cache_k, cache_v = carry
         pdt = _DTYPES[self.cfg.param_dtype]
+        if isinstance(mask, tuple):  # (full, sliding-window) masks: the layer's kind picks one
+            full, window = mask
+            mask = jnp.where(jnp.asarray(self.cfg.sliding_layers)[layer_idx], window, full)
         layer_kv = None if cache_k is None else (cache_k, cache_v, layer_idx)
         h, layer_kv = Attention(self.cfg, self.mesh, self.prefill, name="attn")(
             RMSNorm(self.cfg.rms_eps, pdt, name="attn_norm")(x), cos, sin, mask, layer_kv, write_index)
         x = x + h
-        x = x + MLP(self.cfg, self.mesh, name="mlp")(RMSNorm(self.cfg.rms_eps, pdt, name="mlp_norm")(x))
+        y = RMSNorm(self.cfg.rms_eps, pdt, name="mlp_norm")(x)
+        if self.cfg.is_moe:
+            y, router_logits, chosen = MoE(self.cfg, pdt, name="mlp")(y)
+            self.sow("intermediates", "router", (router_logits, chosen))
+            x = x + y
+        else:
+            x = x + MLP(self.cfg, self.mesh, name="mlp")(y)
         x = _constrain(x, ("batch", "length", "embed"), self.mesh)
         if cache_k is not None:
             cache_k, cache_v, _ = layer_kv
@@ -235,9 +282,7 @@ class Decoder(nn.Module):
         x = jnp.take(_constrain(embed, (None, None), self.mesh), tokens, axis=0).astype(dt)  # [B, T, D]
         x = _constrain(x, ("batch", "length", "embed"), self.mesh)
 
-        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-        angles = positions.astype(jnp.float32)[..., None] * inv  # [B, T, Dh/2]
-        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        cos, sin = rope_tables(cfg, positions)  # [B, T, Dh/2]
 
         t = tokens.shape[1]
         if cache is None:
@@ -248,20 +293,27 @@ class Decoder(nn.Module):
             write_index, cache_k, cache_v = None, None, None
         else:
             write_index, cache_k, cache_v = cache.index, cache.k, cache.v
-            if self.prefill:  # built per query block inside prefill_attention
+            if self.prefill and cfg.attn_sinks:  # sink attention takes an explicit mask
+                keys = jnp.arange(t)[None, None, :]
+                mask = (keys <= jnp.arange(t)[None, :, None]) & (keys >= cache.start[:, None, None])
+            elif self.prefill:  # built per query block inside prefill_attention
                 mask = cache.start
             else:
                 slots = jnp.arange(cache.capacity)[None, None, :]
                 q_slot = cache.index + jnp.arange(t)[None, :, None]  # [1, T, 1]
                 mask = (slots <= q_slot) & (slots >= cache.start[:, None, None])  # [B, T, S]
-        if not self.prefill:
+        if not self.prefill or cfg.attn_sinks:
             mask = mask[:, None, :, :]
+        if cfg.sliding_window is not None:  # key slot j is seen from query slot i when i - j < window
+            q_slot = jnp.arange(t) + (0 if cache is None or self.prefill else cache.index)
+            k_slot = jnp.arange(mask.shape[-1])
+            mask = (mask, mask & (q_slot[:, None] - k_slot[None, :] < cfg.sliding_window))
 
         layer_cls = Layer
         # remat only where a backward can follow: not at init, not in cached (sampling) calls
         if cfg.remat_policy != "none" and cache is None and not self.is_initializing():
             layer_cls = nn.remat(Layer, prevent_cse=False, policy=REMAT_POLICY[cfg.remat_policy])
-        stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
+        stack = nn.scan(layer_cls, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                         length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"},
                         unroll=cfg.scan_unroll)
@@ -400,12 +452,23 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
     for i in range(cfg.num_layers):
         q, kk, v = attn["q"][i].reshape(d, n * h), attn["k"][i].reshape(d, k * h), attn["v"][i].reshape(d, k * h)
         layer = {"attn_norm": stack["attn_norm"]["scale"][i], "mlp_norm": stack["mlp_norm"]["scale"][i],
-                 "o": t(attn["o"][i].reshape(n * h, d)), "down": t(mlp["down"][i])}
+                 "o": t(attn["o"][i].reshape(n * h, d))}
+        if cfg.is_moe:  # the experts keep their stacked layout (`moe.moe_tokens`)
+            layer["moe"] = {name: w[i] for name, w in mlp.items()}
+        else:
+            layer["down"] = t(mlp["down"][i])
         if fuse:
             layer["qkv"] = t(jnp.concatenate([q, kk, v], axis=1))
-            layer["gate_up"] = t(jnp.concatenate([mlp["gate"][i], mlp["up"][i]], axis=1))
+            if not cfg.is_moe:
+                layer["gate_up"] = t(jnp.concatenate([mlp["gate"][i], mlp["up"][i]], axis=1))
         else:
-            layer.update(q=t(q), k=t(kk), v=t(v), gate=t(mlp["gate"][i]), up=t(mlp["up"][i]))
+            layer.update(q=t(q), k=t(kk), v=t(v))
+            if not cfg.is_moe:
+                layer.update(gate=t(mlp["gate"][i]), up=t(mlp["up"][i]))
+        if cfg.o_bias:
+            layer["o_bias"] = attn["o_bias"][i].astype(dt)
+        if cfg.attn_sinks:
+            layer["sinks"] = attn["sinks"][i]
         if cfg.qkv_bias:
             layer["qkv_bias"] = jnp.concatenate([attn["q_bias"][i].reshape(-1), attn["k_bias"][i].reshape(-1),
                                                  attn["v_bias"][i].reshape(-1)]).astype(dt)
@@ -454,7 +517,8 @@ def grow_decode_cache(caches: tuple, slots: int, mesh: Optional[Mesh] = None) ->
     return tuple((_constrain(grow(k, 3), k_axes, mesh), _constrain(grow(v, 2), v_axes, mesh)) for k, v in caches)
 
 
-def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float) -> Array:
+def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float,
+                    sinks: Optional[Array] = None) -> Array:
     """One query token per row over its cache (the decode step's attention), in fp32.
 
     q `[B, K, G, Dh]` (G query heads per kv head), keys `[B, K, Dh, S]`, values `[B, K, S, Dh]`
@@ -463,11 +527,16 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
     head the dots are B * K tiny matmuls, while XLA:CPU fuses the multiply-reduce into one
     streaming pass over the cache (`benchmarks/decode_floor.py`; figures in
     docs/results/2026-12-01-decode-profile.md).
+    `sinks [K*G]`: each head's sink logit joins the softmax denominator (`prd_jax.model.sinks`).
     """
     f32 = jnp.float32
     scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
     scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(f32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
+    if sinks is not None:
+        sink = jnp.broadcast_to(sinks.astype(f32).reshape(1, *scores.shape[1:3], 1), (*scores.shape[:3], 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+    else:
+        probs = jax.nn.softmax(scores, axis=-1)
     return (probs[..., None] * cache_v.astype(f32)[:, :, None]).sum(axis=3)
 
 
@@ -511,13 +580,14 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
     b = tokens.shape[0]
     x = jnp.take(_constrain(weights["embed"], (None, None), mesh), tokens, axis=0).astype(dt)  # [B, D]
     x = _constrain(x, ("batch", "embed"), mesh)
-    angles = positions.astype(jnp.float32)[:, None] * rope_inv_freq(h, cfg.rope_theta, cfg.rope_scaling)
-    cos, sin = jnp.cos(angles), jnp.sin(angles)  # [B, Dh/2]
-    bounds, masks = [0], []
+    cos, sin = rope_tables(cfg, positions)  # [B, Dh/2]
+    bounds, masks, window_masks = [0], [], []
     for caches, start, index in groups:
         bounds.append(bounds[-1] + caches[0][1].shape[0])
         slots = jnp.arange(caches[0][1].shape[2])[None, :]
         masks.append((slots <= index) & (slots >= start[:, None]))  # [B_g, S_g]
+        if cfg.sliding_window is not None:  # slots within the window of the write slot
+            window_masks.append(masks[-1] & (index - slots < cfg.sliding_window))
     scale = 1.0 / math.sqrt(h)
     new_caches = [[] for _ in groups]
     for i, layer in enumerate(weights["layers"]):
@@ -545,10 +615,18 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
                                                    (0, 0, 0, index))
             cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype), (0, 0, index, 0))
             new_caches[j].append((cache_k, cache_v))
-            outs.append(cache_attention(q[rows], cache_k, cache_v, masks[j], scale))
+            mask = window_masks[j] if cfg.layer_window(i) is not None else masks[j]
+            outs.append(cache_attention(q[rows], cache_k, cache_v, mask, scale, layer.get("sinks")))
         out = (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt).reshape(b, n * h)
         x = x + _apply(out, layer["o"])
+        if "o_bias" in layer:
+            x = x + layer["o_bias"]
         y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
+        if "moe" in layer:
+            y, _, _ = moe_tokens(y, layer["moe"], cfg.experts_per_token, cfg.swiglu_limit, cfg.swiglu_alpha,
+                                 cfg.moe_dispatch)
+            x = _constrain(x + y, ("batch", "embed"), mesh)
+            continue
         if "gate_up" in layer:
             gate, up = jnp.split(_apply(y, layer["gate_up"]), 2, axis=-1)
         else:

