@@ -6,7 +6,8 @@ transformers' logits within 1e-4 on prompts longer than the window, the same gre
 through the sampler (prefill + cached decode, ragged batch) and through
 `prd-jax generate --path DIR --temperature 0 --json`, the same logits under the grouped
 (`ragged_dot`) and the dense all-experts dispatch, and the same greedy tokens on 8 simulated
-devices with the `expert` axis sharded as on one device. Nothing depends on a particular
+devices with the `expert` axis sharded as on one device; an export to HF safetensors (bf16)
+loads back in both libraries with equal logits. Nothing depends on a particular
 size: every check reads the shapes from the model it is given.
 """
 
@@ -22,18 +23,21 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 
 from prd_jax import cli  # noqa: E402
+from prd_jax.checkpoint import export_hf  # noqa: E402
 from prd_jax.mesh import make_mesh  # noqa: E402
 from prd_jax.model import forward, load  # noqa: E402
-from prd_jax.model.config import YarnScaling  # noqa: E402
+from prd_jax.model.config import YarnScaling, from_hf_config  # noqa: E402
+from prd_jax.model.hf_names import hf_config  # noqa: E402
 from prd_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 
 pytestmark = pytest.mark.peer
 
 # name -> GptOssConfig kwargs. "yarn_gqa": grouped-query heads, YaRN without truncation (as the
 # released model), windows on layers 0 and 2; "mha_full_first": no GQA, YaRN with truncation,
-# a full-attention first layer, top-3 of 4 experts.
+# a full-attention first layer, top-3 of 4 experts, no q/k/v/o biases.
 CONFIGS = {
     "yarn_gqa": dict(vocab_size=300, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=6,
@@ -44,7 +48,7 @@ CONFIGS = {
     "mha_full_first": dict(vocab_size=280, hidden_size=48, intermediate_size=32, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=4, head_dim=8, num_local_experts=4,
                            num_experts_per_tok=3, sliding_window=8, max_position_embeddings=128,
-                           layer_types=["full_attention", "sliding_attention"],
+                           layer_types=["full_attention", "sliding_attention"], attention_bias=False,
                            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 2.0,
                                             "beta_fast": 16.0, "beta_slow": 1.0,
                                             "original_max_position_embeddings": 64}),
@@ -193,3 +197,24 @@ def test_expert_sharded_greedy_equals_one_device(peer):
     one = Sampler(ours.cfg, pad_id=0)(ours.params, prompts, jax.random.key(0), scfg)
     eight = Sampler(sharded.cfg, mesh, pad_id=0)(sharded.params, prompts, jax.random.key(0), scfg)
     assert np.asarray(eight.tokens).tolist() == np.asarray(one.tokens).tolist()
+
+
+@pytest.mark.slow
+def test_bf16_export_round_trips(peer, tmp_path):
+    """export_hf(bf16) -> our loader gives the bf16-rounded params and the same config; transformers
+    loads the export and its logits equal ours from the reloaded params."""
+    name, _, ours, _ = peer
+    if name != sorted(CONFIGS)[-1]:
+        pytest.skip("one config is enough for the export")
+    assert from_hf_config(hf_config(ours.cfg)) == ours.cfg
+    out = export_hf(ours.cfg, ours.params, str(tmp_path / "export"), dtype="bfloat16")
+    back = load("gpt-oss-export", out)
+    assert back.cfg == ours.cfg
+    for a, b in zip(jax.tree.leaves(back.params), jax.tree.leaves(ours.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b).astype(jnp.bfloat16).astype(np.float32))
+    hf = transformers.GptOssForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    tokens = np.asarray(_prompt_ids(ours.cfg.vocab_size, (3 * ours.cfg.sliding_window,), seed=2), np.int32)
+    with torch.no_grad():
+        ref = hf(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+    got, _ = _jit_forward(back.cfg, back.params, tokens, np.arange(tokens.shape[1])[None])
+    assert np.abs(np.asarray(got) - ref).max() < 1e-4

@@ -108,6 +108,8 @@ class ModelConfig:
     # included) on the layers whose `sliding_layers` entry is True; None: no window.
     sliding_window: Optional[int] = None
     sliding_layers: Optional[tuple] = None
+    # gpt_oss: biases on q, k, v and o (config.json `attention_bias`; the released models: True).
+    attention_bias: bool = True
 
     @property
     def remat_policy(self) -> str:
@@ -154,11 +156,11 @@ class ModelConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.family in ("qwen2", "gpt_oss")
+        return self.family == "qwen2" or (self.family == "gpt_oss" and self.attention_bias)
 
     @property
     def o_bias(self) -> bool:
-        return self.family == "gpt_oss"
+        return self.family == "gpt_oss" and self.attention_bias
 
     @property
     def attn_sinks(self) -> bool:
@@ -292,7 +294,7 @@ def from_hf_config(hf: dict) -> ModelConfig:
         num_heads=heads,
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-        rope_theta=float(hf.get("rope_theta", rope_params.get("rope_theta", 10000.0))),
+        rope_theta=float(hf.get("rope_theta", rope_params.get("rope_theta", _DEFAULT_THETA.get(model_type, 10000.0)))),
         rope_scaling=scaling,
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(tie),
@@ -302,6 +304,7 @@ def from_hf_config(hf: dict) -> ModelConfig:
 
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
+_DEFAULT_THETA = {"gpt_oss": 150000.0}  # transformers' GptOssConfig.default_theta
 
 
 def _gpt_oss_fields(hf: dict) -> dict:
@@ -309,8 +312,6 @@ def _gpt_oss_fields(hf: dict) -> dict:
     for key in ("num_local_experts", "num_experts_per_tok"):
         if key not in hf:
             raise ValueError(f"config.json (gpt_oss) is missing required key {key!r}")
-    if not hf.get("attention_bias", True):
-        raise ValueError("config.json attention_bias=false is not supported for gpt_oss; allowed: true")
     layers = hf["num_hidden_layers"]
     types = hf.get("layer_types") or [LAYER_TYPES[i % 2] for i in range(layers)]
     bad = [t for t in types if t not in LAYER_TYPES]
@@ -320,6 +321,6 @@ def _gpt_oss_fields(hf: dict) -> dict:
     sliding = tuple(t == "sliding_attention" for t in types)
     if window is None or not any(sliding):
         window, sliding = None, None
-    return dict(num_experts=int(hf["num_local_experts"]), experts_per_token=int(hf["num_experts_per_tok"]),
+    return dict(attention_bias=bool(hf.get("attention_bias", True)), num_experts=int(hf["num_local_experts"]), experts_per_token=int(hf["num_experts_per_tok"]),
                 swiglu_limit=float(hf.get("swiglu_limit", 7.0)), swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)),
                 sliding_window=None if window is None else int(window), sliding_layers=sliding)

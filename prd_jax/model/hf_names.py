@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, Tuple
 
 import numpy as np
 
-from prd_jax.model.config import ModelConfig
+from prd_jax.model.config import ModelConfig, YarnScaling
 
 LAYER = "{layer}"
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
@@ -203,7 +203,8 @@ def to_hf_tensors(cfg: ModelConfig, params) -> Dict[str, np.ndarray]:
 
 def hf_config(cfg: ModelConfig, dtype: str = "float32") -> dict:
     """transformers `config.json` for `cfg` (LlamaForCausalLM / Qwen2ForCausalLM /
-    Qwen3ForCausalLM); `prd_jax.model.config.from_hf_config` reads it back to `cfg`."""
+    Qwen3ForCausalLM / GptOssForCausalLM); `prd_jax.model.config.from_hf_config` reads it
+    back to `cfg`."""
     out = {
         "architectures": [ARCHITECTURES[cfg.family]], "model_type": cfg.family,
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden,
@@ -217,12 +218,30 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32") -> dict:
         out["attention_bias"] = False
     if cfg.family == "llama":
         out["mlp_bias"] = False
+    elif cfg.family == "gpt_oss":
+        out.update(_gpt_oss_config(cfg))
     else:
         out["use_sliding_window"] = False
-    if cfg.rope_scaling is not None:
+    if isinstance(cfg.rope_scaling, YarnScaling):
+        s = cfg.rope_scaling
+        out["rope_scaling"] = {"rope_type": "yarn", "factor": s.factor, "beta_fast": s.beta_fast,
+                               "beta_slow": s.beta_slow, "truncate": s.truncate,
+                               "original_max_position_embeddings": s.original_max_position}
+        if s.attention_factor is not None:
+            out["rope_scaling"]["attention_factor"] = s.attention_factor
+    elif cfg.rope_scaling is not None:
         s = cfg.rope_scaling
         out["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor,
                                "low_freq_factor": s.low_freq_factor,
                                "high_freq_factor": s.high_freq_factor,
                                "original_max_position_embeddings": s.original_max_position}
     return out
+
+
+def _gpt_oss_config(cfg: ModelConfig) -> dict:
+    """The GPT-OSS keys of config.json (experts, clamped SwiGLU, layer types, biases)."""
+    sliding = cfg.sliding_layers or (False,) * cfg.num_layers
+    return {"attention_bias": cfg.attention_bias, "num_local_experts": cfg.num_experts,
+            "num_experts_per_tok": cfg.experts_per_token, "swiglu_limit": cfg.swiglu_limit,
+            "swiglu_alpha": cfg.swiglu_alpha, "sliding_window": cfg.sliding_window,
+            "layer_types": ["sliding_attention" if s else "full_attention" for s in sliding]}
