@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from prd_jax.mesh import named_sharding
 from prd_jax.model.attention import SAVED_NAMES, causal_block_attention
 from prd_jax.model.config import ModelConfig, RopeScaling, YarnScaling
-from prd_jax.model.moe import MoE, moe_tokens
+from prd_jax.model.moe import MoE, load_balancing_loss, moe_tokens
 from prd_jax.model.sinks import sink_attention
 
 Array = jax.Array
@@ -357,6 +357,28 @@ def forward(cfg: ModelConfig, params, tokens: Array, positions: Array,
         raise ValueError("forward(prefill=True) needs a fresh cache to fill")
     return Decoder(cfg, mesh, prefill).apply({"params": params}, tokens, positions, cache,
                                              segment_ids, logits_index, return_hidden)
+
+
+def forward_with_router_loss(cfg: ModelConfig, params, tokens: Array, positions: Array, *,
+                             segment_ids: Optional[Array] = None, token_mask: Optional[Array] = None,
+                             mesh: Optional[Mesh] = None, return_hidden: bool = False):
+    """`forward` without a cache, plus the mixture-of-experts load-balancing loss:
+    `(logits or hidden, (aux_sum, aux_count))`.
+
+    The loss is `moe.load_balancing_loss` of each layer's router (over the tokens where
+    `token_mask [B, T]` is true, default all) averaged over the layers; `aux_sum / aux_count`
+    is that mean, and (sum, count) add up over micro-batches. A train step adds
+    `cfg.router_aux_loss_coef * aux_sum / aux_count` to its loss (0 by default: off).
+    """
+    if not cfg.is_moe:
+        raise ValueError(f"forward_with_router_loss: model family {cfg.family!r} has no experts "
+                         "(num_experts=0); allowed: a mixture-of-experts config (gpt_oss)")
+    (out, _), state = Decoder(cfg, mesh).apply({"params": params}, tokens, positions, None, segment_ids, None,
+                                               return_hidden, mutable=["intermediates"])
+    (logits, chosen), = state["intermediates"]["layers"]["router"]  # [L, B*T, E], [L, B*T, k]
+    mask = None if token_mask is None else token_mask.reshape(-1)
+    sums, counts = jax.vmap(lambda lg, ch: load_balancing_loss(lg, ch, cfg.num_experts, mask))(logits, chosen)
+    return out, (jnp.mean(sums), counts[0])
 
 
 PREFILL_QUERY_BLOCK = 1024
