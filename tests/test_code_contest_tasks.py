@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import os
 import pickle
 import zlib
 
 import pytest
 
+from prd_jax.config_io import load_config
 from prd_jax.rewards import code as C
 from prd_jax.rewards.math import is_equivalent
 from prd_jax.tasks import get_task
@@ -289,3 +291,30 @@ def test_hmmt_grades_equivalent_forms(tmp_path):
         assert g["correct"] is correct and g["reward"] == float(correct)
         assert is_equivalent(g["answer"], row["answer"]) is correct  # the math grader's own verdict
     assert task.gold_key(published[0]) == "\\frac{1}{2}"
+
+
+# ----------------------------------------------------------------------------- sandbox input checks, CPU config
+
+def test_case_kinds_validate_their_tests():
+    assert C.count_tests([{"args": [1], "expected": 2}] * 3, kind="functional", entry_point="f") == 3
+    assert C.count_tests([{"input": "", "output": ""}] * 2, kind="stdin") == 2
+    with pytest.raises(ValueError, match="entry_point"):
+        C.evaluate("def f(x): return x\n", [{"args": [1], "expected": 1}], kind="functional")
+    with pytest.raises(ValueError, match="args"):
+        C.evaluate("def f(x): return x\n", [{"input": "1", "output": "1"}], kind="functional", entry_point="f")
+    with pytest.raises(ValueError, match="compare"):
+        C.evaluate("print(1)\n", [{"input": "", "output": "1"}], kind="stdin", compare="exact")
+    with pytest.raises(ValueError, match="reward_mode"):
+        get_task("codecontests").options(reward_mode="partial")
+
+
+def test_tiny_code_config_fixture_grades():
+    """The CPU config's fixture is valid LiveCodeBench data: correct programs pass every case."""
+    config = load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "tiny_code_v1.py"))
+    task = get_task(config.task)
+    rows = task.problems(data_dir=config.data_dir, limit=config.num_problems)
+    assert [r["id"] for r in rows] == ["tiny_sum", "tiny_reverse"]
+    programs = {"tiny_sum": SUM_OK,
+                "tiny_reverse": "class Solution:\n    def reverseWords(self, s):\n        return ' '.join(s.split()[::-1])\n"}
+    grades = task.grade_many(rows, [fenced(programs[r["id"]]) for r in rows])
+    assert [(g["status"], g["passed"], g["total"]) for g in grades] == [("ok", 3, 3), ("ok", 3, 3)]
