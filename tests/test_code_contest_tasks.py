@@ -147,6 +147,7 @@ def test_lcb_version_windows_and_loader(tmp_path):
     assert VERSIONS["release_v6"] == (dt.date(2023, 5, 1), dt.date(2025, 5, 1))
     assert VERSIONS["v6"] == (dt.date(2025, 2, 1), dt.date(2025, 5, 1))
     assert VERSIONS["v5"] == (dt.date(2024, 10, 1), dt.date(2025, 2, 1))
+    assert VERSIONS["v4_v5"] == (dt.date(2024, 8, 1), dt.date(2025, 2, 1))
     folder = tmp_path / "code" / "livecodebench"
     folder.mkdir(parents=True)
     rows = [lcb_stdin_row("old", "2023-04-30T00:00:00"), lcb_stdin_row("nov24", "2024-11-10T00:00:00"),

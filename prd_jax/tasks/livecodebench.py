@@ -19,11 +19,12 @@ and compare the return value with the JSON output by value (tuples as lists). Ea
 Version windows (`version`), by `contest_date`, from the "Dataset Versions" list of
 LiveCodeBench's README (github.com/LiveCodeBench/LiveCodeBench): `release_v1` ... `release_v6`
 hold the problems released from May 2023 to the end of Mar 2024, May 2024, Jul 2024, Sep 2024,
-Jan 2025 and Apr 2025 (400, 511, 612, 713, 880 and 1055 problems). The README's fine-grained
-tags `v1` ... `v6` hold only the problems a release added: `v5` is Oct 2024 - Jan 2025 and
-`v6` Feb 2025 - Apr 2025 (the months between consecutive release ends). The V1 paper does not
-say which reading its "v5" and "v6" use; `livecodebench_v5` / `livecodebench_v6` take the
-releases (`release_v5`, `release_v6`), and `options(version="v6")` gives the newer problems only.
+Jan 2025 and Apr 2025 (400, 511, 612, 713, 880 and 1055 problems). The README also names
+fine-grained tags (`v1`, `v2`, `v1_v3`, `v4_v5`, ...: the problems some releases added) without
+dates; their windows here are derived from consecutive release ends: `v5` is Oct 2024 - Jan
+2025, `v6` Feb 2025 - Apr 2025, `vA_vB` from the start of `vA` to the end of `vB`. The V1 paper
+does not say which reading its "v5" and "v6" use; `livecodebench_v5` / `livecodebench_v6` take
+the releases (`release_v5`, `release_v6`), and `options(version="v6")` the newer problems only.
 `start_date` / `end_date` (ISO dates, inclusive) narrow any window, like LiveCodeBench's own
 `--start_date` / `--end_date`.
 
@@ -63,12 +64,17 @@ def _month_after(year: int, month: int) -> dt.date:
 
 
 def _windows() -> dict:
-    """{version: (first day, first day after)} for release_vN (cumulative) and vN (added by N)."""
+    """{version: (first day, first day after)} for release_vN (cumulative), vN (added by N) and
+    vA_vB (added by A to B)."""
     out = {}
     for n, (year, month) in _RELEASE_ENDS.items():
         end = _month_after(year, month)
         out[f"release_v{n}"] = (_START, end)
         out[f"v{n}"] = (_START if n == 1 else _month_after(*_RELEASE_ENDS[n - 1]), end)
+    for a in _RELEASE_ENDS:
+        for b in _RELEASE_ENDS:
+            if a < b:
+                out[f"v{a}_v{b}"] = (out[f"v{a}"][0], out[f"v{b}"][1])
     return out
 
 
