@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "prd_jax"
 # which runs in the grading worker process and is imported in-process only by its fallback.
 LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transformers", "etils",
            "prd_jax.data.tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
-           "prd_jax.data._tf", "math_verify")
+           "prd_jax.data._tf", "math_verify", "pyarrow")
 # The command line imports each command's modules in its handler, so `prd-jax --help` starts
 # without jax (issue 35 §6; tests/test_cli.py checks sys.modules).
 LAZY_MODULES = ("prd_jax.cli",)

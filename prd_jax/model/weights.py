@@ -19,7 +19,7 @@ import jax
 import ml_dtypes
 import numpy as np
 from gguf.quants import dequantize
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prd_jax.mesh import tree_shardings
 from prd_jax.model.config import ModelConfig, RopeScaling
@@ -286,8 +286,6 @@ def _place_per_layer(layers: "PerLayer", spec: jax.ShapeDtypeStruct, sharding: N
     """A stacked `[L, ...]` leaf read layer by layer: each layer is cast to the param dtype and
     placed with the leaf's sharding less its layer axis, then the layers are stacked on device,
     so the host holds one layer's tensor (e.g. one dequantised MXFP4 expert weight) at a time."""
-    from jax.sharding import PartitionSpec
-
     layer_sharding = NamedSharding(sharding.mesh, PartitionSpec(*tuple(sharding.spec)[1:]))
     placed = []
     for i in range(layers.num_layers):

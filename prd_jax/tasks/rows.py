@@ -20,11 +20,6 @@ from typing import Optional, Sequence
 
 from prd_jax.data import paths, seqio_rows
 
-try:  # parquet support (the published CodeContests and MathArena files are parquet)
-    import pyarrow.parquet as _parquet
-except ImportError:  # pragma: no cover - pyarrow is a dependency of the data layer
-    _parquet = None
-
 __all__ = ["read_published", "read_records", "read_rows"]
 
 FORMATS = (".jsonl", ".json", ".parquet")
@@ -42,10 +37,12 @@ def read_records(path: str) -> list:
     parquet (pyarrow; nested columns become dicts and lists). Raises ValueError naming the file."""
     path = os.fspath(path)
     if path.endswith(".parquet"):
-        if _parquet is None:
+        try:  # loaded here: importing the tasks should not pay for pyarrow
+            import pyarrow.parquet as parquet
+        except ImportError:  # pragma: no cover - pyarrow comes with the data layer
             raise ValueError(f"{path}: reading parquet needs pyarrow, which is not installed; convert the file "
-                             "to JSONL or install pyarrow")
-        return _parquet.read_table(path).to_pylist()
+                             "to JSONL or install pyarrow") from None
+        return parquet.read_table(path).to_pylist()
     with open(path, encoding="utf-8") as f:
         if path.endswith(".json"):
             rows = json.load(f)
