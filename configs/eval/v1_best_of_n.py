@@ -17,9 +17,11 @@ generated tokens; roofline 4.3 h on a v5p-128, 22 h on 8xH200 (a floor).
 
 Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
 verification"; against majority voting, per m, and for Qwen3-8B the paper gives no figure
-we could verify; ours: not yet run at pod scale. The smoke run took 12m57s on 2 busy CPU
-cores (2026-11-30; one compile per operator) and only checks the pipeline: SmolLM2-135M
-does not write rating tags within 16 judge tokens, so all its ratings are forced (8 "judge
+we could verify; ours: not yet run at pod scale. Qwen3-8B on AIME 2024 is our setting, not the
+paper's (GPT-OSS-20B and Qwen3-4B-Instruct-2507 on code and HMMT:
+configs/eval/gptoss20b_v1_infer.py, gptoss20b_v1_vs_rsa.py, qwen3_4b_v1_matched_calls.py).
+The smoke run took 12m57s on 2 busy CPU cores (2026-11-30; one compile per operator) and
+only checks the pipeline: SmolLM2-135M does not write rating tags within 16 judge tokens, so all its ratings are forced (8 "judge
 unparsed" per judged operator: 4 pairwise calls x 2 problems), and it scores 0/2 except
 RSA+prune at 1/2.
 """

@@ -13,6 +13,8 @@ Command to run:
 Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 4.0e8 generated
 tokens; roofline 2.0 h on a v5p-128, 10.1 h on 8xH200 (a floor).
 Expected: the paper gives no figure we could verify for this ablation; ours: not yet run.
+The model and benchmark are ours: the paper measures on GPT-OSS-20B and Qwen3-4B-Instruct-2507
+over LiveCodeBench, CodeContests and HMMT (configs/eval/gptoss20b_v1_infer.py).
 (V1's abstract, for V1-Infer as a whole: "an uncertainty-guided algorithm using a
 tournament-based ranking that dynamically allocates self-verification compute to candidate
 pairs whose relative correctness is most uncertain".)

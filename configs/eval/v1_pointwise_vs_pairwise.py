@@ -16,7 +16,9 @@ Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 2.3e8 gen
 tokens (judge calls at their budget); roofline 1.0 h on a v5p-128, 5.2 h on 8xH200 (a floor).
 Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
 verification" (over its benchmarks and models). For Qwen3-8B on AIME 2024 at matched calls
-the paper gives no figure we could verify; ours: not yet run.
+the paper gives no figure we could verify; ours: not yet run. The paper's own setting differs
+(Qwen3-4B-Instruct-2507 on code and HMMT): configs/eval/qwen3_4b_v1_matched_calls.py; this
+Qwen3-8B / AIME 2024 run is ours.
 """
 
 import os

@@ -1,25 +1,45 @@
 """V1-PairRL (arXiv 2603.04304 §5): Qwen3-4B-Instruct-2507 trained jointly as generator and
-pairwise self-verifier. Generator: Dr.GRPO advantages and Dr.GRPO's constant loss normaliser
-(`rl.aggregation="seq_mean_token_sum_norm"`, arXiv 2503.20783 §3), PPO clip-higher 0.2 / 0.28,
-no KL. Verifier: strict pairs of the step's own rollouts, reward
-1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|), baseline = mean of the same prompt's verifier
-rows (Dr.GRPO's group baseline), lambda = 1. lr 1e-6, 64 prompts per step (the paper's batch 64).
+pairwise self-verifier on code, as the paper reports PairRL. Generator: Dr.GRPO advantages and
+Dr.GRPO's constant loss normaliser (`rl.aggregation="seq_mean_token_sum_norm"`, arXiv
+2503.20783 §3), PPO clip-higher 0.2 / 0.28, no KL. Verifier: strict pairs of the step's own
+rollouts, reward 1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|), baseline = mean of the same
+prompt's verifier rows (Dr.GRPO's group baseline), lambda = 1. lr 1e-6, 64 prompts per step
+(the paper's batch 64).
+
+Training problems (ours: the paper does not name them): the CodeContests train split
+(`config.task="codecontests"`, `config.task_split="train"`, the published parquet shards under
+`<data dir>/code/codecontests/`), disjoint from every eval set (CodeContests test, LiveCodeBench
+v5 / v6). Prompts and judges: the "code" template set. Generator reward: all tests pass
+(`rl.code_reward="all_pass"`, ours: the Pass@1 the paper reports, and the label the verifier is
+scored against); problems longer than 2048 tokens are skipped (counted in the log). Every
+train row, tests included, is held in host memory for grading; the published train shards are
+large, so `data.num_train` (keep the first that many problems; 0: all) bounds it.
+Evaluation: configs/eval/qwen3_4b_v1_after_rl.py (LiveCodeBench v5 / v6 and CodeContests,
+Pass@1 and V1-Infer at 2x).
+
+Math variant (ours, not the paper's setting): arg `v5p-128,math` / `8xh200,math` trains on
+GSM8K train with the math prompts and judges, as these configs did before issue 33.
 
 Mini-batches: each rollout batch is cut into `rl.minibatches=4` mini-batches, one optimizer
 update each, so from the second update on the ratio to the sampling policy moves and the
 0.2 / 0.28 clip acts. The count 4 is OURS (verl's common 64-prompt batch / 16-prompt mini-batch
-split): the mini-batch size was not in the paper text available to us.
+split): the mini-batch size was not in the paper text available to us. Also ours: rollout
+sampling T = 1.0, top-p 1.0, 8 rollouts of up to 8192 tokens per prompt, 200 steps.
 
 Hardware (the arg): v5p-128 (mesh data=1,fsdp=16,tensor=4) or one 8xH200 node (fsdp=2,
 tensor=4); rows = 64 x 8 generations + 64 x 4 verifier pairs = 768, one per (data, fsdp)
-shard per microbatch (grad_accum_steps 48 / 384, 12 / 96 microbatches per mini-batch).
+shard per microbatch (grad_accum_steps 48 / 384, 12 / 96 microbatches per mini-batch). The
+fit on these targets (docs/results/2026-11-30-aot-fit.md) was compiled with the math
+variant's 2048-token prompts; the code variant's 3072-token prompts are not yet compiled.
 
 Command to run (pretrained weights; one 8xH200 node is the smallest sensible host):
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl.py:8xh200 /ckpt/pairrl_qwen3_4b \\
         --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
-Reproduces: the V1 paper's PairRL rows (generation pass@1 and V1-Infer selection accuracy
-after training); evaluate with configs/eval/v1_best_of_n.py. Runtime: an ESTIMATE of the
-same order as configs/rl/qwen3_8b.py per sampled token, at half the parameters.
+Reproduces: the V1 paper's PairRL rows (generation Pass@1 and V1-Infer selection accuracy after
+training). Expected (paper, V1 abstract): "V1-PairRL achieves 7-9% test-time scaling gains over
+standard RL and pointwise joint training, and improves base Pass@1 by up to 8.7% over standard
+RL in a code-generation setting"; ours: not yet run. Runtime: an ESTIMATE of the same order as
+configs/rl/qwen3_8b.py per sampled token, at half the parameters.
 """
 
 import os
@@ -28,12 +48,22 @@ from prd_jax.config_io import load_config
 from prd_jax.train.operator_rl import PAIRRL_OBJECTIVE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARGS = ("v5p-128", "8xh200")
+PODS = ("v5p-128", "8xh200")
+ARGS = PODS + tuple(f"{pod},math" for pod in PODS)  # POD (code, the paper's) or POD,math (ours)
 MINIBATCHES = 4  # ours (see the docstring); divides every grad_accum_steps below
 
 
+def parse_arg(arg, path: str):
+    """`POD` or `POD,math` -> (pod, domain); errors name the file and the allowed args."""
+    if arg not in ARGS:
+        raise ValueError(f"configs/rl/{os.path.basename(path)}: arg {arg!r} unknown; allowed: {ARGS}")
+    pod, _, math = arg.partition(",")
+    return pod, math or "code"
+
+
 def get_config(arg=None):
-    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{arg}")  # every rl knob spelled out
+    pod, domain = parse_arg(arg, __file__)
+    c = load_config(f"{os.path.join(HERE, 'qwen3_8b_baseline.py')}:{pod}")  # every rl knob spelled out
     c.model.name = "qwen3-4b-instruct-2507"
     # Qwen3-4B-Instruct-2507 writes no thinking block: thinking off, so no call role has a
     # thinking budget to split (generator and verifier rows are trained as written)
@@ -52,5 +82,12 @@ def get_config(arg=None):
     c.steps = 200  # ours: the training length was not in the paper text available to us
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt
     # rows = 64 x 8 generations + 64 x 4 verifier pairs = 768: one per (data, fsdp) shard per microbatch
-    c.grad_accum_steps = {"v5p-128": 48, "8xh200": 384}[arg]
+    c.grad_accum_steps = {"v5p-128": 48, "8xh200": 384}[pod]
+    if domain == "code":  # the paper's setting (V1 §5); the training problems are ours (see the docstring)
+        c.task = "codecontests"
+        c.task_split = "train"
+        c.rl.templates = "code"
+        c.rl.code_reward = "all_pass"
+        c.rl.max_problem_tokens = 2048  # statements with their limits run longer than math problems
+        c.rl.max_prompt_tokens = 3072
     return c

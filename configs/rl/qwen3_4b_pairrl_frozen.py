@@ -2,7 +2,8 @@
 but the pairs the verifier is trained on quote rollouts of the frozen base model (the initial
 params, Qwen3-4B-Instruct-2507) instead of the current policy's (`rl.verifier_samples=
 "frozen_base"`). The generator still trains on its own rollouts, and the verifier's answers
-still come from the current policy; only the candidates stop evolving.
+still come from the current policy; only the candidates stop evolving. Trained on code like
+PairRL (CodeContests train, ours); arg `POD,math` is the GSM8K variant (ours).
 
 Each step samples 64 x 8 extra rollouts with the base params (kept on device, one more copy
 of the params), graded for strict pairing. Hardware and rows: as PairRL (768 rows,
@@ -20,7 +21,7 @@ import os
 from prd_jax.config_io import load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARGS = ("v5p-128", "8xh200")
+ARGS = ("v5p-128", "8xh200", "v5p-128,math", "8xh200,math")  # POD: code; POD,math: ours
 
 
 def get_config(arg=None):

@@ -3,7 +3,10 @@ verifies its rollouts pointwise with the same threshold reward, budget-matched t
 the same verifier rows per step (4 of each prompt's 8 rollouts, drawn uniformly = PairRL's 4
 pairs) and the same verifier tokens (each pointwise row quotes one candidate of up to
 2 x 4096 tokens where a pair quotes two of 4096; both generate up to 4096). The matching is
-OURS: the paper does not state PointRL's budget in the text available to us.
+OURS: the paper does not state PointRL's budget in the text available to us. Trained on code
+like PairRL: the CodeContests train split (ours: the paper does not name its training
+problems), the "code" judges, reward all tests pass; arg `POD,math` is the GSM8K variant
+(ours, not the paper's setting).
 
 Hardware: as PairRL (v5p-128 or one 8xH200 node); rows = 64 x 8 + 64 x 4 = 768, the same
 grad_accum_steps.
@@ -11,7 +14,10 @@ grad_accum_steps.
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pointrl.py:8xh200 /ckpt/pointrl_qwen3_4b \\
         --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
-Reproduces: the V1 paper's PointRL baseline rows. Runtime: an ESTIMATE as for PairRL (same
+Reproduces: the V1 paper's PointRL baseline rows; evaluate with
+configs/eval/qwen3_4b_v1_after_rl.py. Expected (paper, V1 abstract): PairRL "achieves 7-9%
+test-time scaling gains over standard RL and pointwise joint training"; PointRL's own figure
+is not in the text we have. Runtime: an ESTIMATE as for PairRL (same
 rows and token budget per step).
 """
 
@@ -20,7 +26,7 @@ import os
 from prd_jax.config_io import load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARGS = ("v5p-128", "8xh200")
+ARGS = ("v5p-128", "8xh200", "v5p-128,math", "8xh200,math")  # POD: code; POD,math: ours
 
 
 def get_config(arg=None):

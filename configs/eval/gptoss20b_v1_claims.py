@@ -1,0 +1,68 @@
+"""The V1 paper's claims that had no config (arXiv 2603.04304 §3-4), with GPT-OSS-20B, each as
+far as prd_jax's eval can measure it today. Arg `CLAIM[,BENCH[,BACKEND]]`:
+
+- `pass_at_n` (default bench codecontests): `long_cot` with k = 16 samples per problem:
+  mean@16 is Pass@1 and pass@16 is Pass@N for N = 16 independent candidates, the ceiling of any
+  selector; the denominator of the top-1 accuracy below.
+- `self_ranking` (V1 §3's top-1 self-ranking accuracy; default bench codecontests): best-of-16
+  with `self_pointwise`, `pairwise_v1` at m = 1, 2, 3 and `random` (chance: its mean is Pass@1),
+  k = 4. The top-1 accuracy of a selector is its mean@k over the `pass_at_n` run's pass@16 (a
+  selector is right only where some candidate is). NOT measured as the paper defines it: the
+  results record only the selected program, not each candidate's correctness, so the
+  accuracy conditioned on problems whose own 16 candidates hold a correct one cannot be
+  computed; the ratio above uses two independent candidate draws.
+- `rsa_decay` (RSA's Pass@N decay, V1 §4; default bench livecodebench_v6): RSA with population
+  16, subsets of 4, T = 1, 2, 3, 4 loops, and `long_cot`, k = 4. Measured: each loop count's
+  mean accuracy (member 0) and pass@4 over independent runs. NOT measured: the Pass@N of the
+  population after each loop (the claim itself), since the eval grades only the final member.
+- `difficulty` (V1 §4's hard / medium / easy split, default bench livecodebench_v5): the
+  operators of configs/eval/gptoss20b_v1_infer.py. NOT computed by prd_jax: the summary has
+  no per-difficulty rows; the split needs each results.jsonl row's `problem_id` joined with
+  the LiveCodeBench row's `difficulty` (`question_id` is the id).
+
+BENCH is any V1 benchmark (codecontests, livecodebench_v5, livecodebench_v6, hmmt_feb2025),
+BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`, fit not yet
+recorded). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
+
+Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
+    export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
+    prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:pass_at_n --workdir runs/gptoss20b_pass_at_n
+    prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:self_ranking --workdir runs/gptoss20b_self_ranking
+    prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:rsa_decay --workdir runs/gptoss20b_rsa_decay
+    prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:difficulty --workdir runs/gptoss20b_difficulty
+
+Expected (paper, V1 §4 as issue 33 quotes it): "+23.7% on hard" problems for the split. For
+the top-1 self-ranking accuracy (§3) and RSA's Pass@N decay the text we have gives no figure
+we could verify. Ours: not yet run.
+"""
+
+import importlib.util
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("v1_paper", os.path.join(HERE, "v1_paper.py"))
+V1 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(V1)
+_spec = importlib.util.spec_from_file_location("gptoss20b_v1_infer", os.path.join(HERE, "gptoss20b_v1_infer.py"))
+INFER = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(INFER)
+
+CLAIMS = {  # claim: (default bench, k samples, operators(bench))
+    "pass_at_n": ("codecontests", V1.N, lambda b: [V1.long_cot(b)]),
+    "self_ranking": ("codecontests", 4, lambda b: [V1.best_of_n(b, "self_pointwise")]
+                     + [V1.best_of_n(b, "pairwise_v1", m=m) for m in V1.BUDGETS] + [V1.best_of_n(b, "random")]),
+    "rsa_decay": ("livecodebench_v6", 4, lambda b: [V1.long_cot(b)] + [V1.rsa(b, t) for t in (1, 2, 3, 4)]),
+    "difficulty": ("livecodebench_v5", 4, INFER.operators),
+}
+ARGS = tuple(CLAIMS) + ("self_ranking,codecontests,8xh200",)
+
+
+def get_config(arg=None):
+    claim, _, rest = (arg or "pass_at_n").partition(",")
+    if claim not in CLAIMS:
+        raise ValueError(f"configs/eval/gptoss20b_v1_claims.py: arg {arg!r} unknown; allowed: "
+                         f"CLAIM[,BENCH[,BACKEND]] with CLAIM in {list(CLAIMS)}, BENCH in {list(V1.BENCHMARKS)}, "
+                         f"BACKEND in {list(V1.BACKENDS)} (none given: pass_at_n)")
+    default, k, ops = CLAIMS[claim]
+    bench, backend = V1.parse_arg(rest or None, __file__, default=default)
+    return V1.config("gpt-oss-20b", ops(bench), bench, backend, k_samples=k)
