@@ -28,7 +28,9 @@ of the next token: vLLM must allow 20 (`--max-logprobs 20`; `backend.rating_top_
 Request ESTIMATE (`prd-jax compile --estimate` with a stand-in tokenizer: upper bounds, nothing
 sent): codecontests 207,400 requests, 2.4e9 prompt and 1.0e9 completion tokens over the five
 operators; hmmt_feb2025 36,600 requests, 5.3e8 and 1.8e8 tokens. The in-graph args declare
-`target` h200:8 / v5p:4x4x4; their fit is not yet recorded.
+`target` h200:8 / v5p:4x4x4; their fit is not yet recorded. Runtime ESTIMATE in-graph
+(`prd-jax compile --estimate`, roofline, a floor), codecontests,8xh200: at most 1.0e9 generated
+tokens, 18 h.
 
 Expected (paper, V1 §4 as issue 33 quotes it): "On CodeContests, GPT-OSS-20B improves from
 66.06% to 73.33%"; "+8.6% on LiveCodeBench-v5"; "+10.0% on HMMT"; abstract: "V1-Infer improves

@@ -19,6 +19,9 @@ Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
     prd-jax eval --config configs/eval/gptoss20b_v1_vs_rsa.py:livecodebench_v6 --workdir runs/gptoss20b_v1_rsa
 In-graph: `...:livecodebench_v6,8xh200` (declares `target` h200:8; its fit is not yet recorded).
+Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer, upper bounds): 1.36e6
+requests, 2.0e10 prompt and 1.8e10 completion tokens; RSA at T = 4 alone is 5.6e9 completion
+tokens against V1's 2.0e9.
 
 Expected (paper, V1 §4 as issue 33 quotes it): "76% Pass@1 on LiveCodeBench-v6 with N=16 and
 48 verification calls". RSA's own figure at each loop count on this benchmark is not in the

@@ -23,7 +23,10 @@ In-graph:
     prd-jax compile --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200 \\
         --workdir runs/qwen3_4b_matched_h200 --config.model_path=/path/to/Qwen3-4B-Instruct-2507
-The in-graph args declare `target` h200:8 / v5p:4x4x4; their fit is not yet recorded.
+Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer; upper bounds that count the
+forced-rating reads as requests, so they exceed the calls above), livecodebench_v6: 1.49e6
+requests, 1.6e10 prompt and 7.5e9 completion tokens over the four operators. The in-graph
+args declare `target` h200:8 / v5p:4x4x4; their fit is not yet recorded.
 
 Expected (paper, V1 §4 as issue 33 quotes it): "45% against about 33% for pointwise
 verification at 64 calls with Qwen3-4B-Instruct-2507". Open (ours): the benchmark of that

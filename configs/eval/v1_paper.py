@@ -32,6 +32,9 @@ per-candidate budgets (16k generated tokens; a judge quotes at most 4k of a code
 8k of a math one, head 1/4 + tail), the judges' 4k reasoning budget, k = 4 samples per
 problem, problem prompts of at most 4k tokens on code (1k on math; longer ones are skipped
 and counted in the summary).
+
+Each config's paper number, what the paper leaves open, and the request estimates:
+docs/results/2026-12-03-v1-paper-configs.md.
 """
 
 import os
