@@ -269,11 +269,14 @@ def from_hf_config(hf: dict) -> ModelConfig:
                               float(rs["high_freq_factor"]),
                               int(rs["original_max_position_embeddings"]))
     elif rope_type == "yarn":
-        for key in ("factor", "original_max_position_embeddings"):
-            if rs.get(key) is None:
-                raise ValueError(f"config.json rope_scaling (rope_type yarn) is missing required key {key!r}")
+        if rs.get("original_max_position_embeddings") is None:
+            raise ValueError("config.json rope_scaling (rope_type yarn) is missing required key "
+                             "'original_max_position_embeddings'")
+        original = int(rs["original_max_position_embeddings"])
+        factor = rs.get("factor")  # transformers: max_position_embeddings / original when absent
+        factor = float(factor) if factor is not None else hf.get("max_position_embeddings", original) / original
         scaling = YarnScaling(
-            factor=float(rs["factor"]), original_max_position=int(rs["original_max_position_embeddings"]),
+            factor=factor, original_max_position=original,
             beta_fast=float(rs.get("beta_fast") or 32.0), beta_slow=float(rs.get("beta_slow") or 1.0),
             truncate=bool(rs.get("truncate", True)),
             attention_factor=None if rs.get("attention_factor") is None else float(rs["attention_factor"]))
