@@ -46,7 +46,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
 from prd_jax.model.decoder import (CACHE_AXES, DECODE_CACHE_AXES, KVCache, decode_cache, decode_step_groups,
-                                   decode_weights, forward, grow_decode_cache, init_cache)
+                                   decode_weights, forward, grow_decode_cache, init_cache, ring_windows)
 
 log = logging.getLogger(__name__)
 Array = jax.Array
@@ -453,7 +453,7 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
             if fanout:
                 lg, cache = _fan_out(lg, cache, m)
             logits.append(lg)  # `decode_cache` adds the generation slots to the prompt-sized cache
-            groups.append((decode_cache(cache, mesh, slots=w + gens[0]), cache.start))
+            groups.append((decode_cache(cache, mesh, slots=w + gens[0], windows=ring_windows(cfg)), cache.start))
         weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
         return _decode_unrolled(cfg, weights, tuple(c for c, _ in groups), jnp.concatenate([s for _, s in groups]),
@@ -578,7 +578,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
             if mesh is not None:
                 live = _constrain_rows(live, mesh)
         if c and gen != cells[c - 1][1]:
-            live = dict(live, caches=tuple(grow_decode_cache(caches, w + gen, mesh)
+            live = dict(live, caches=tuple(grow_decode_cache(caches, w + gen, mesh, ring_windows(cfg))
                                            for caches, w in zip(live["caches"], widths)))
         identity = phase == 0  # ids are 0..rows-1: plain column writes
         base = jnp.repeat(jnp.asarray(widths, jnp.int32), size // len(widths))  # each row's first write slot

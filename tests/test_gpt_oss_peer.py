@@ -4,7 +4,8 @@ Tiny random GPT-OSS models (a few layers and experts, sliding windows of 5-8 tok
 RoPE) are saved with `save_pretrained`, loaded with `prd_jax.model.load`, and must give
 transformers' logits within 1e-4 on prompts longer than the window, the same greedy tokens
 through the sampler (prefill + cached decode, ragged batch) and through
-`prd-jax generate --path DIR --temperature 0 --json`, the same logits under the grouped
+`prd-jax generate --path DIR --temperature 0 --json` (both decode sliding-window layers from
+window-sized ring caches), the same logits under the grouped
 (`ragged_dot`) and the dense all-experts dispatch, and the same greedy tokens on 8 simulated
 devices with the `expert` axis sharded as on one device; an export to HF safetensors (bf16)
 loads back in both libraries with equal logits. Nothing depends on a particular
@@ -218,3 +219,38 @@ def test_bf16_export_round_trips(peer, tmp_path):
         ref = hf(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
     got, _ = _jit_forward(back.cfg, back.params, tokens, np.arange(tokens.shape[1])[None])
     assert np.abs(np.asarray(got) - ref).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_ring_cache_decode_equals_full_cache(peer):
+    """Sliding-window layers decode from a window-sized ring (`decode_cache(windows=...)`):
+    the caches have W slots on those layers, and the logits of steps that wrap the ring
+    equal a full-size cache's."""
+    from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache, ring_windows
+
+    name, _, ours, _ = peer
+    if name != sorted(CONFIGS)[-1]:
+        pytest.skip("one config is enough for the ring (the sampler checks decode through rings on both)")
+    cfg, w = ours.cfg, ours.cfg.sliding_window
+    prompts = np.asarray(_prompt_ids(cfg.vocab_size, (w + 3,) * 2, seed=9), np.int32)
+    plen, steps = prompts.shape[1], 2 * w + 1
+    prompts[1, :2] = 0  # row 1 is left-padded: its keys start at slot 2
+    start = jnp.array([0, 2], jnp.int32)
+    cache = init_cache(cfg, 2, plen)
+    cache = cache.replace(start=start)
+    positions = np.maximum(np.arange(plen)[None, :] - np.asarray(start)[:, None], 0)
+    _, cache = jax.jit(forward, static_argnums=0, static_argnames="prefill")(
+        cfg, ours.params, prompts, positions, cache, prefill=True)
+    slots = plen + steps
+    ring = decode_cache(cache, slots=slots, windows=ring_windows(cfg))
+    full = decode_cache(cache, slots=slots)
+    assert [c[1].shape[2] for c in ring] == [w if cfg.layer_window(i) else slots for i in range(cfg.num_layers)]
+    weights = decode_weights(cfg, ours.params)
+    step = jax.jit(lambda c, t, p, i: decode_step(cfg, weights, t, p, c, start, i))
+    tok = jnp.asarray(prompts[:, -1])
+    for s in range(steps):
+        pos = plen + s - start
+        got, ring = step(ring, tok, pos, jnp.int32(plen + s))
+        ref, full = step(full, tok, pos, jnp.int32(plen + s))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5, rtol=0)
+        tok = jnp.argmax(ref, axis=-1).astype(jnp.int32)

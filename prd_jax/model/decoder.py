@@ -22,6 +22,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from prd_jax.mesh import named_sharding
@@ -512,7 +513,16 @@ DECODE_CACHE_AXES = (("batch", "kv_heads", "head_dim", "cache_length"),  # keys
                      ("batch", "kv_heads", "cache_length", "head_dim"))  # values
 
 
-def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0) -> tuple:
+def ring_windows(cfg: ModelConfig) -> Optional[tuple]:
+    """Per-layer ring sizes of the decode caches: the window on sliding-window layers, None on
+    full-attention ones; None when no layer slides (`decode_cache`)."""
+    if cfg.sliding_window is None:
+        return None
+    return tuple(cfg.layer_window(i) for i in range(cfg.num_layers))
+
+
+def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0,
+                 windows: Optional[tuple] = None) -> tuple:
     """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`: keys `[B, K, Dh, S']`
     (transposed, so the scores contract Dh with S contiguous; timings in
     docs/results/2026-12-01-decode-profile.md), values `[B, K, S', Dh]`.
@@ -520,23 +530,46 @@ def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0) ->
     With `slots > S` the slot axis is zero-padded to `S' = slots` in the same pass: the
     sampler prefills a prompt-sized cache and adds the generation slots here, so the
     full-capacity cache is written once instead of being built, merged and transposed.
+
+    `windows` (`ring_windows(cfg)`): a layer with window W keeps a ring of `R = min(S', W)`
+    slots: absolute slot a lives at ring slot `a % R` (`decode_step_groups` writes and masks
+    accordingly), so a sliding-window layer's cache never exceeds its window.
     """
     caches = tuple((jnp.transpose(cache.k[i], (0, 2, 3, 1)), jnp.swapaxes(cache.v[i], 1, 2))
                    for i in range(cache.k.shape[0]))
-    return grow_decode_cache(caches, slots, mesh)
+    if windows is not None:
+        caches = tuple(kv if w is None else _to_ring(kv, min(max(slots, kv[1].shape[2]), w))
+                       for kv, w in zip(caches, windows))
+    return grow_decode_cache(caches, slots, mesh, windows)
 
 
-def grow_decode_cache(caches: tuple, slots: int, mesh: Optional[Mesh] = None) -> tuple:
+def _to_ring(kv: tuple, ring: int) -> tuple:
+    """A layer's prompt cache of P slots as a ring of `ring` slots (the latest `ring` absolute
+    slots, slot a at `a % ring`); unchanged when P <= ring (padding then makes the ring)."""
+    k, v = kv
+    p = v.shape[2]
+    if p <= ring:
+        return kv
+    absolute = (p - 1) - np.mod(p - 1 - np.arange(ring), ring)  # ring slot j holds absolute slot a = j mod ring
+    return jnp.take(k, absolute, axis=3), jnp.take(v, absolute, axis=2)
+
+
+def grow_decode_cache(caches: tuple, slots: int, mesh: Optional[Mesh] = None,
+                      windows: Optional[tuple] = None) -> tuple:
     """Per-layer decode caches (`decode_cache` layout) with the slot axis zero-padded to
-    `slots` (unchanged when they already hold that many). Zero slots past the write index
-    are masked, so a step's logits do not depend on the padding (tested)."""
+    `slots` (unchanged when they already hold that many); a ring layer (`windows`) grows to at
+    most its window. Zero slots past the write index are masked, so a step's logits do not
+    depend on the padding (tested). A ring of R < W slots only ever held absolute slots < R,
+    each at its own index, so padding it keeps it a valid ring."""
     k_axes, v_axes = DECODE_CACHE_AXES
+    windows = windows or (None,) * len(caches)
 
-    def grow(x, axis):
-        extra = max(0, slots - x.shape[axis])
+    def grow(x, axis, w):
+        extra = max(0, (slots if w is None else min(slots, w)) - x.shape[axis])
         return x if not extra else jnp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
 
-    return tuple((_constrain(grow(k, 3), k_axes, mesh), _constrain(grow(v, 2), v_axes, mesh)) for k, v in caches)
+    return tuple((_constrain(grow(k, 3, w), k_axes, mesh), _constrain(grow(v, 2, w), v_axes, mesh))
+                 for (k, v), w in zip(caches, windows))
 
 
 def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float,
@@ -603,13 +636,23 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
     x = jnp.take(_constrain(weights["embed"], (None, None), mesh), tokens, axis=0).astype(dt)  # [B, D]
     x = _constrain(x, ("batch", "embed"), mesh)
     cos, sin = rope_tables(cfg, positions)  # [B, Dh/2]
-    bounds, masks, window_masks = [0], [], []
+    bounds, masks = [0], {}
     for caches, start, index in groups:
         bounds.append(bounds[-1] + caches[0][1].shape[0])
-        slots = jnp.arange(caches[0][1].shape[2])[None, :]
-        masks.append((slots <= index) & (slots >= start[:, None]))  # [B_g, S_g]
-        if cfg.sliding_window is not None:  # slots within the window of the write slot
-            window_masks.append(masks[-1] & (index - slots < cfg.sliding_window))
+
+    def mask_of(j: int, size: int, window: Optional[int]) -> Array:
+        """Group j's visible slots `[B_g, size]`: a full cache sees `start <= slot <= index`; a
+        sliding layer's cache is a ring (`decode_cache`), slot s holding absolute slot
+        `index - (index - s) mod size`, seen when it is >= start and within the window."""
+        if (j, size, window) not in masks:
+            _, start, index = groups[j]
+            slots = jnp.arange(size)[None, :]
+            if window is None:
+                masks[j, size, window] = (slots <= index) & (slots >= start[:, None])
+            else:
+                absolute = index - jnp.mod(index - slots, size)
+                masks[j, size, window] = (absolute >= start[:, None]) & (index - absolute < window)
+        return masks[j, size, window]
     scale = 1.0 / math.sqrt(h)
     new_caches = [[] for _ in groups]
     for i, layer in enumerate(weights["layers"]):
@@ -633,12 +676,14 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
         for j, (caches, _, index) in enumerate(groups):
             rows = slice(bounds[j], bounds[j + 1])
             cache_k, cache_v = caches[i]
+            size, window = cache_v.shape[2], cfg.layer_window(i)
+            slot = index if window is None else jnp.mod(index, size)  # a sliding layer's ring slot
             cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
-                                                   (0, 0, 0, index))
-            cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype), (0, 0, index, 0))
+                                                   (0, 0, 0, slot))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype), (0, 0, slot, 0))
             new_caches[j].append((cache_k, cache_v))
-            mask = window_masks[j] if cfg.layer_window(i) is not None else masks[j]
-            outs.append(cache_attention(q[rows], cache_k, cache_v, mask, scale, layer.get("sinks")))
+            outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale,
+                                        layer.get("sinks")))
         out = (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt).reshape(b, n * h)
         x = x + _apply(out, layer["o"])
         if "o_bias" in layer:
