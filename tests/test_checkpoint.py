@@ -242,6 +242,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigterm_saves_current_step(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(_CHILD))
@@ -384,6 +385,7 @@ def test_export_hf_reads_back_with_our_loader(tmp_path, name):
 
 @pytest.mark.peer
 @pytest.mark.parametrize("name", list(EXPORT_CFGS))
+@pytest.mark.slow
 def test_export_hf_matches_transformers(tmp_path, name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -32,6 +32,7 @@ def cached_load(monkeypatch):
     return load
 
 
+@pytest.mark.slow
 def test_generate_json_record(capsys, cached_load):
     cli.main(["generate", "--model", "smollm2-135m", "--prompt", "What is 2+2?", "--chat",
               "--max-new-tokens", "6", "--temperature", "1.0", "--top-k", "40", "--num-samples", "3",
@@ -62,6 +63,7 @@ def test_sampling_without_seed_is_refused():
         cli.main(["generate", "--prompt", "hi", "--temperature", "0.7"])
 
 
+@pytest.mark.slow
 def test_generate_without_flags_is_greedy(capsys, cached_load):
     """No --temperature or --seed: greedy decoding (each token the argmax of the model's
     logits given the tokens before it); no --prompt: the default prompt."""
@@ -148,6 +150,7 @@ def _prd_jax(*args):
                           cwd=ROOT, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_inspect_is_quiet_and_reports_step(tiny_workdir):
     from prd_jax.model import get_model_config
 
@@ -228,6 +231,7 @@ def test_bad_flag_value_in_a_subprocess_has_no_traceback():
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_notebook_on_a_missing_workdir_says_where_it_looked(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

@@ -67,6 +67,7 @@ def _flip(src: str) -> str:
 
 
 @pytest.mark.skipif(not HUMANEVAL.exists(), reason=f"{HUMANEVAL} not found (set PRD_DATA_DIR)")
+@pytest.mark.slow
 def test_humaneval_canonical_pass_and_mutants_fail():
     rows = [json.loads(line) for line in HUMANEVAL.read_text().splitlines()][::8][:20]
     assert rows[0]["task_id"] == "HumanEval/0" and rows[-1]["task_id"] == "HumanEval/152"
@@ -329,6 +330,7 @@ def test_isolation_reported():
         assert C.isolation() == NS_MODES[0]
 
 
+@pytest.mark.slow
 def test_parse_source_is_safe_across_threads():
     """CPython 3.11's AST converter keeps one recursion counter per process; a GC pass that switches threads
     in the middle of `ast.parse` made `evaluate_many` fail with "AST constructor recursion depth mismatch"

@@ -56,6 +56,7 @@ def test_failure_message_names_program_excess_and_knob():
 
 
 @pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip install -e '.[tpu-aot]' (make test installs it)")
+@pytest.mark.slow
 def test_tiny_pdr_compiles_for_v5e_2x2():
     from prd_jax.aot.report import compile_all
 

@@ -26,6 +26,7 @@ def demo_workdir(tmp_path_factory):
 CLAIM_KEYS = {"id", "checkpoint", "a", "b", "diff", "half_width", "only_a", "only_b", "verdict"}
 
 
+@pytest.mark.slow
 def test_quick_demo_writes_results_and_plot(demo_workdir):
     workdir, config = demo_workdir
     assert os.path.getsize(os.path.join(workdir, "pareto.png")) > 10_000
@@ -58,6 +59,7 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
         assert any(f.startswith("events.out.tfevents") for f in os.listdir(run))
 
 
+@pytest.mark.slow
 def test_rerun_resumes_instead_of_starting_over(demo_workdir):
     workdir, config = demo_workdir
     before = {n: open(os.path.join(workdir, n, "metrics.jsonl")).read() for n in CHECKPOINTS}
@@ -67,6 +69,7 @@ def test_rerun_resumes_instead_of_starting_over(demo_workdir):
     assert open(os.path.join(workdir, "eval", "sft", "results.jsonl")).read() == results
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

@@ -83,6 +83,7 @@ def test_eval_sampling_carries_the_sampler_cost_keys():
     assert knobs(bare) == (0, 0, 0.5, 0, 0)
 
 
+@pytest.mark.slow
 def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
     config = load_config(CONFIG)
     config.num_problems = 3
@@ -140,6 +141,7 @@ def test_rerun_with_other_sampling_settings_is_refused(tmp_path):
         check_settings(config, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_checkpoints_sharing_a_tokenizer_compile_each_operator_once(tmp_path):
     import types
 

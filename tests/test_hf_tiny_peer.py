@@ -30,7 +30,7 @@ from prd_jax.mesh import make_mesh  # noqa: E402
 from prd_jax.model import forward, load  # noqa: E402
 from prd_jax.model.config import RopeScaling, from_hf_config  # noqa: E402
 
-pytestmark = pytest.mark.peer
+pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
 VOCAB = 300
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -31,6 +31,8 @@ import pytest
 
 from prd_jax.checkpoint import describe, latest_params
 
+pytestmark = pytest.mark.slow  # each test launches jax.distributed processes
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 CONFIGS = os.path.join(ROOT, "configs")
 MODEL = ["--config.model.overrides.hidden=32", "--config.model.overrides.intermediate=64",

@@ -86,6 +86,7 @@ class _State:
 
 
 @pytest.mark.parametrize("fraction,standard,operator", [(0.5, 1, 1), (0.0, 2, 0), (1.0, 0, 2)])
+@pytest.mark.slow
 def test_mixing_ratio_and_operator_rows_train_only_completions(sft_workdir, spread_reward, fraction, standard,
                                                                operator):
     stage, params, tok = stage_for("tiny_pdr", sft_workdir, [f"--config.rl.operator_fraction={fraction}"])
@@ -107,6 +108,7 @@ def test_mixing_ratio_and_operator_rows_train_only_completions(sft_workdir, spre
         assert metrics["workspace_length"] > 0 and metrics["operator/b_seq"] < metrics["operator/b_total"]
 
 
+@pytest.mark.slow
 def test_drafts_and_refine_get_their_own_rows(sft_workdir, spread_reward):
     stage, params, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.gradient_targets=drafts_and_refine"])
     batch, metrics = stage.next_batch(_State(params), 0)
@@ -114,6 +116,7 @@ def test_drafts_and_refine_get_their_own_rows(sft_workdir, spread_reward):
     assert "reward/draft" in metrics and batch["advantages"].shape == (stage.rows,)
 
 
+@pytest.mark.slow
 def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
     """`rl.compact_min_rows` reaches the standard rollouts and every operator call (PDR §3.3
     rows) and leaves each training row as the static sampler gives it (issue 16 §3)."""
@@ -138,6 +141,7 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
         stage_for("tiny_pdr", sft_workdir, ["--config.rl.cache_window=-1"])
 
 
+@pytest.mark.slow
 def test_continual_mode_needs_and_loads_a_baseline_rl_checkpoint(sft_workdir, tmp_path, spread_reward):
     from prd_jax.train import setup
     from prd_jax.train.run import train
@@ -159,6 +163,7 @@ def test_continual_mode_needs_and_loads_a_baseline_rl_checkpoint(sft_workdir, tm
 
 
 @pytest.mark.parametrize("name", ["tiny_pdr", "tiny_pairrl", "tiny_pointrl"])
+@pytest.mark.slow
 def test_one_step_per_config_changes_params_and_logs(sft_workdir, tmp_path, spread_reward, name):
     from prd_jax.train.run import train
 
@@ -177,6 +182,7 @@ def test_one_step_per_config_changes_params_and_logs(sft_workdir, tmp_path, spre
     assert 0.0 < m["reward/mean"] < 1.0  # the spread reward gives non-zero advantages
 
 
+@pytest.mark.slow
 def test_operator_rl_resumes_exactly(sft_workdir, tmp_path, spread_reward):
     from prd_jax.train.run import train
 
@@ -194,6 +200,7 @@ def test_operator_rl_resumes_exactly(sft_workdir, tmp_path, spread_reward):
     assert [x["step"] for x in lines] == [1, 2]
 
 
+@pytest.mark.slow
 def test_verifier_rows_quote_candidates_without_their_stop_token(sft_workdir):
     import jax
 

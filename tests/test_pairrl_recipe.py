@@ -354,6 +354,7 @@ def test_code_reward_modes_fraction_and_all_pass():
         dataclasses.replace(rl, code_reward="most")
 
 
+@pytest.mark.slow
 def test_code_pairrl_two_steps_log_generator_and_verifier_rewards(tmp_path):
     import json
 

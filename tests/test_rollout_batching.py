@@ -14,6 +14,8 @@ from prd_jax.model import forward, get_model_config, init_params
 from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache
 from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes, generate, prompt_widths
 
+pytestmark = pytest.mark.slow  # sampler equivalences compile many programs each
+
 # 16 of the tiny vocabulary's 256 ids stop a row: at T = 1 lengths spread widely.
 STOPS = tuple(range(3, 256, 16))
 PROMPTS = [[5, 17, 33, 2, 9, 100, 41], [7, 8], [250, 3, 3, 3, 64], [9, 9, 1], [44], [3, 1, 4, 1, 5, 9],

@@ -15,6 +15,8 @@ import pytest
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.data import chat_traces, paths, preimage, seqio_rows, sft, synthetic
 
+pytestmark = pytest.mark.slow  # loads TensorFlow, seqio and TFDS
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SFT_TINY = os.path.join(ROOT, "configs", "sft", "tiny.py")
 SMALL = ["--config.model.overrides.hidden=32", "--config.model.overrides.intermediate=64",

@@ -303,6 +303,7 @@ def _decoded(ds):
              "response": ex["response"].decode()} for ex in ds.as_numpy_iterator()]
 
 
+@pytest.mark.slow
 def test_tfds_builder_and_seqio_task_match_rows(trace_dirs):
     import tensorflow_datasets as tfds
 

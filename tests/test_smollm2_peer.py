@@ -14,7 +14,7 @@ from prd_jax.model.loader import smollm2_gguf_path
 from prd_jax.model.weights import GGUFCheckpoint, load_params
 from prd_jax.sampling import Sampler, SamplingConfig
 
-pytestmark = pytest.mark.peer
+pytestmark = [pytest.mark.peer, pytest.mark.slow]
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -240,6 +240,7 @@ def test_char_vocab_with_operator_context():
 # ---------------------------------------------------------------- seqio task
 
 
+@pytest.mark.slow
 def test_seqio_task():
     import seqio
 

@@ -150,6 +150,7 @@ def test_normalize_program_ignores_docstrings_comments_and_layout():
     assert normalize_program("def (") == "def ("
 
 
+@pytest.mark.slow
 def test_humaneval_all_164_canonical_solutions_score_one(humaneval_rows):
     t = get_task("humaneval")
     rows = humaneval_rows

@@ -364,6 +364,7 @@ def test_pre_tokenizers_split_differently(small_gguf):
 
 @pytest.mark.peer
 @pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.slow
 def test_ids_equal_transformers(tok, hf_tok, text):
     ours = tok.encode(text)
     assert ours == _hf_ids(hf_tok, text)

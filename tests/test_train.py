@@ -168,6 +168,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_exact_resume_after_sigkill(tmp_path):
     ref, killed = str(tmp_path / "ref"), str(tmp_path / "killed")
     subprocess.run(_train_cmd(ref), check=True, env=_env(), capture_output=True, cwd=ROOT, timeout=600)
@@ -191,6 +192,7 @@ def test_exact_resume_after_sigkill(tmp_path):
     assert json.loads(open(metrics).readlines()[-1])["loss"] == a["last_metrics"]["loss"]
 
 
+@pytest.mark.slow
 def test_rl_step_changes_params_and_logs_metrics(tmp_path):
     from prd_jax.train import rl as rl_mod
     from prd_jax.train.run import train
@@ -216,6 +218,7 @@ def test_rl_step_changes_params_and_logs_metrics(tmp_path):
     assert 0.0 < m["reward/mean"] < 1.0
 
 
+@pytest.mark.slow
 def test_run_halts_after_consecutive_nonfinite_steps(tmp_path):
     from prd_jax.train import setup
     from prd_jax.train.sft import SFTStage

@@ -205,6 +205,7 @@ def test_best_of_n_pointwise_budget_and_choice():
 
 
 @pytest.mark.parametrize("m,both_orders", [(1, False), (2, False), (2, True)])
+@pytest.mark.slow
 def test_best_of_n_pairwise_v1_replays_host_tournament(m, both_orders):
     judge = Judge(max_new_tokens=64, budget_multiple=m, both_orders=both_orders)
     res = run(BestOfN(N, "pairwise_v1", 16, 32, 8, judge), key=3)
@@ -221,6 +222,7 @@ def test_best_of_n_pairwise_v1_replays_host_tournament(m, both_orders):
     assert int(res.b_seq[0]) == CAND + len(host.batches) * PAIR_OUT
 
 
+@pytest.mark.slow
 def test_forced_ratings_match_tags_and_are_counted():
     spec = BestOfN(N, "pairwise_v1", 16, 32, 8, THINK)
     tags, forced = run(spec), run(spec, JudgeLM(mode="garbage"))
@@ -238,6 +240,7 @@ def test_no_reasoning_judge_reads_forced_ratings():
     assert selected(res) == N - 1 and int(res.judge_unparsed[0]) == 0  # nothing to parse
 
 
+@pytest.mark.slow
 def test_round_robin_and_random_pairing_budgets():
     rr = run(BestOfN(N, "round_robin", 16, 32, 8, THINK))
     assert int(judge_calls(rr).sum()) == N * (N - 1) // 2
