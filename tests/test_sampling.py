@@ -73,6 +73,7 @@ def test_fanout_equals_repeated_prefill(tiny, sampler):
     assert len({tuple(r) for r in np.asarray(a.tokens[:4])}) > 1
 
 
+@pytest.mark.slow
 def test_logprobs_equal_model_log_softmax(tiny, sampler):
     cfg, params = tiny
     prompt = PROMPTS[0]
@@ -211,6 +212,7 @@ def test_row_chunks_hand_computed():
 
 
 @pytest.mark.parametrize("num_samples,max_rows", [(1, 2), (3, 3), (2, 4)])
+@pytest.mark.slow
 def test_row_chunked_sampling_equals_one_call(tiny, sampler, num_samples, max_rows):
     """Each row's key is its own: sequential row chunks give the unchunked tokens exactly."""
     _, params = tiny
