@@ -225,6 +225,7 @@ def test_overlong_problem_is_skipped_with_reason():
     assert probs.tokens.shape[0] == 1
 
 
+@pytest.mark.slow
 def test_pdr_all_ones_schedule_equals_sr_on_tiny_model():
     cfg = get_model_config("tiny", max_position=2048)
     lm = ModelLM(init_params(cfg, jax.random.key(0)), cfg, 0)
@@ -239,6 +240,7 @@ def test_pdr_all_ones_schedule_equals_sr_on_tiny_model():
     np.testing.assert_array_equal(pdr_res.b_seq, pdr_res.b_total)
 
 
+@pytest.mark.slow
 def test_problem_result_does_not_depend_on_its_batch():
     cfg = get_model_config("tiny", max_position=2048)
     lm = ModelLM(init_params(cfg, jax.random.key(0)), cfg, 0)
