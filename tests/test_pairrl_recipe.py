@@ -222,6 +222,7 @@ def test_pointrl_rows_and_group_baseline_on_the_stage(spread_reward):
     np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-6)  # centred within each prompt's rows
 
 
+@pytest.mark.slow
 def test_frozen_base_candidates_come_from_the_initial_params(spread_reward):
     stage, config, cfg, mesh = _stage("tiny_pairrl_frozen")
     params, rng = _start(config, cfg, mesh)

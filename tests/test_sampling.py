@@ -258,6 +258,7 @@ def test_blocked_prefill_attention_equals_dense(tiny):
         np.testing.assert_allclose(blocked[1, 5:], dense[1, 5:], atol=1e-5)  # padding queries are unused
 
 
+@pytest.mark.slow
 def test_causal_block_attention_equals_dense_with_packed_rows():
     """Training attention in query blocks (keys after the block skipped) equals one dense call
     under the causal, segment-block-diagonal mask, values and gradients: the written-out
