@@ -41,3 +41,15 @@ def _release_compiled_programs():
     if _mappings() > MAX_MAPPINGS:
         jax.clear_caches()
         gc.collect()
+
+
+# Files whose tests run longest start first: `make test` hands whole files to its two
+# workers in collection order (`--dist loadfile`), so a long file collected last would run
+# alone at the end (test_serve.py, ~13 minutes, did: docs/development.md).
+LONG_FIRST = ("test_serve.py", "test_evaluate.py", "test_compile.py", "test_multiprocess.py", "test_demo.py",
+              "test_rollout_batching.py", "test_operator_rl.py", "test_backend_client.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: order within a file kept
