@@ -624,7 +624,9 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
 
     `groups` is `((caches, start, index), ...)` in row order; group g's caches hold its rows
     (their count is the caches' batch size) with its own slot count and write slot `index`,
-    `start` its rows' first slots. The projections, MLP and head run once over all rows; only
+    `start` its rows' first slots. `index` is one slot for the group (a scalar: the sampler's
+    rows advance together) or one per row (`[B_g]`: the serving engine's slots, each row at its
+    own point, `prd_jax.serve.slots`). The projections, MLP and head run once over all rows; only
     the attention runs per group, over that group's slots: rows with short prompts then
     read a cache of their own prompt width (`sampling.SamplingConfig.prompt_groups`).
     Returns fp32 logits `[B, V]` and each group's updated caches.
@@ -646,6 +648,7 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
         `index - (index - s) mod size`, seen when it is >= start and within the window."""
         if (j, size, window) not in masks:
             _, start, index = groups[j]
+            index = index[:, None] if jnp.ndim(index) else index
             slots = jnp.arange(size)[None, :]
             if window is None:
                 masks[j, size, window] = (slots <= index) & (slots >= start[:, None])
@@ -678,9 +681,15 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
             cache_k, cache_v = caches[i]
             size, window = cache_v.shape[2], cfg.layer_window(i)
             slot = index if window is None else jnp.mod(index, size)  # a sliding layer's ring slot
-            cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
-                                                   (0, 0, 0, slot))
-            cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype), (0, 0, slot, 0))
+            if jnp.ndim(slot):  # one write slot per row
+                own = jnp.arange(cache_v.shape[0])
+                cache_k = cache_k.at[own, :, :, slot].set(key[rows].astype(cache_k.dtype), unique_indices=True)
+                cache_v = cache_v.at[own, :, slot].set(val[rows].astype(cache_v.dtype), unique_indices=True)
+            else:
+                cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
+                                                       (0, 0, 0, slot))
+                cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype),
+                                                       (0, 0, slot, 0))
             new_caches[j].append((cache_k, cache_v))
             outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale,
                                         layer.get("sinks")))
