@@ -35,8 +35,9 @@ answer) or, at rate `false_rate`, a slip that calls a failing x "ok", every draf
 its last `tail_tokens` characters as the eval's candidate truncation does
 (`truncation_head=0`); with probability `refine_ignore` the refine response ignores the
 workspace and searches afresh; and a pairwise judge trace rating each quoted draft 10 when
-its answer checks, else 1 (V1 §3's pairwise self-verification format: both drafts in one
-prompt, each rated 1-10 in <rating_A> / <rating_B> tags). Imports numpy, the standard
+its answer checks, else 1 (the pairwise self-verification format that V1 §3 defines in its
+paragraph on the pairwise call, as against the pointwise one: both drafts in one prompt,
+each rated 1-10 in <rating_A> / <rating_B> tags). Imports numpy, the standard
 library and the JAX-free `prd_jax.prompts`.
 
 Difficulty knobs: the chain length (1..4: `^2`; `+a, ^2`; `+a, ^2, *b`; `+a, ^2, *b, -c`) and
@@ -334,8 +335,8 @@ def refine_trace(rng: np.random.Generator, problem: Mapping, k: int, templates: 
 
 def judge_trace(rng: np.random.Generator, problem: Mapping, templates: str = "compact", *,
                 draft_tokens: int = 128, tail_tokens: int = 32, false_rate: float = 0.15, **_) -> dict:
-    """A pairwise judge trace with no reasoning, in V1 §3's pairwise self-verification format
-    (the set's `pairwise` template: both drafts in one prompt, each rated 1-10 in
+    """A pairwise judge trace with no reasoning, in the pairwise self-verification format of
+    V1 §3's paragraph on the pairwise call (the set's `pairwise` template: both drafts in one prompt, each rated 1-10 in
     <rating_A> / <rating_B> tags): two quoted drafts, then the forced rating tags
     (`prompts.FORCED_PREFIXES`, V1-Infer's forced read, §4): 10 for a draft whose answer
     checks, else 1.

@@ -357,7 +357,8 @@ JUDGE_RATINGS = (1, 10)  # (wrong, correct): the ends of V1's 1-10 scale
 
 def judge_trace(rng: np.random.Generator, problem: Mapping, wrong: tuple, templates: str = "default") -> dict:
     """A pairwise judge trace with no reasoning, in V1's pairwise self-verification format
-    (V1 paper §3: one prompt quotes both candidates, A and B, and the judge rates each 1-10,
+    (V1 paper §3, the paragraph that defines the pairwise self-verification call, not the
+    pointwise one nor the tournament: one prompt quotes both candidates, A and B, and the judge rates each 1-10,
     closing with <rating_A>n</rating_A> <rating_B>n</rating_B>; the set's `pairwise`
     template). Candidates are the gold solution, or corrupted where `wrong[i]`; the response
     is the forced-rating tags a judge with a zero reasoning budget completes
