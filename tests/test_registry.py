@@ -17,6 +17,7 @@ import sc_refine_operator as SC
 from prd_jax import prompts as P
 from prd_jax.config_io import load_config
 from prd_jax.operators import registry, specs as S
+from prd_jax.operators.adaptive_pdr import AdaptivePDR
 from prd_jax.operators.runner import make_context, run_operator
 from test_operators import TOK, problems as one_problem
 from test_v1_operators import MARK, JudgeLM
@@ -93,7 +94,7 @@ def test_eval_runs_the_test_operator_from_a_config_entry(tmp_path):
     from prd_jax.evaluate import evaluate
 
     config = ml_collections.ConfigDict(dict(
-        dataset="synthetic", model="tiny", model_path="", templates="compact", temperature=1.0, top_p=1.0,
+        task="gsm8k", model="tiny", model_path="", templates="compact", temperature=1.0, top_p=1.0,
         top_k=0, seed=0, batch_size=2, k_samples=2, max_problem_tokens=32, num_problems=2, enable_thinking=None,
         operators=[dict(type="sc_refine", n=3, max_new_tokens=6, candidate_max_tokens=6, truncation_head=2)]))
     rows = [{"id": "p0", "problem": "1+2=?", "answer": "3"}, {"id": "p1", "problem": "2+2=?", "answer": "4"}]
@@ -192,6 +193,7 @@ def _other(value, field, spec):
         return (value[0] + 1,) + value[1:]
     if isinstance(value, str):
         allowed = {"distill": S.DISTILL_VARIANTS, "refine_template": ("topk", "previous"), "final": S.RSA_FINALS,
+                   "signal": ("majority", "v1_mu"),
                    "selector": S.PDR_SELECTORS if isinstance(spec, S.PDR) else S.BEST_OF_N_SELECTORS}[field]
         return [a for a in allowed if a != value]
     raise AssertionError(f"no perturbation for {field}={value!r}")
@@ -203,7 +205,8 @@ BASES = {S.LongCoT: [S.LongCoT()], S.SR: [S.SR()],
          S.PDR: [S.PDR((4, 2, 1), "shared_topk", 1, "pairwise_v1"), S.PDR((4, 1), "global_summary"),
                  S.PDR((4, 1), "shared_topk", 1, "random"), S.PDR((4, 1), "random_k", 2)],
          S.BestOfN: [S.BestOfN(), S.BestOfN(selector="majority")],
-         S.RSA: [S.RSA(4, 2, 2, prune_every=1, keep=2)], SC.SCRefine: [SC.SCRefine()]}
+         S.RSA: [S.RSA(4, 2, 2, prune_every=1, keep=2)], SC.SCRefine: [SC.SCRefine()],
+         AdaptivePDR: [AdaptivePDR(signal="v1_mu"), AdaptivePDR(min_fanout=3, cap=4 * 512)]}
 
 
 def test_every_registered_spec_class_is_covered():

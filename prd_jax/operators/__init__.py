@@ -4,6 +4,7 @@ and RSA (arXiv 2603.04304), assembly, judges and budgets. Each operator register
 
 from prd_jax.operators.core import Context, OperatorResult, Problems, long_cot, pdr, sr
 from prd_jax.operators.population import best_of_n, rsa
+from prd_jax.operators.adaptive_pdr import AdaptivePDR, adaptive_pdr  # registers "adaptive_pdr"
 from prd_jax.operators.registry import build_spec, get_operator, operator_for, operator_names, register_operator
 from prd_jax.operators.runner import run
 from prd_jax.operators.specs import PDR, RSA, SR, BestOfN, Judge, LongCoT, OperatorSpec, Sampling
