@@ -219,12 +219,15 @@ class RemoteHost:
         prompts, lengths, key_data, live = map(np.asarray, (prompts, lengths, key_data, live))
         b, width = prompts.shape
         m, n = scfg.num_samples, scfg.max_new_tokens
+        live = live.reshape(b, -1)  # [B, 1]: per prompt; [B, M]: per sample
         bodies, tags, where = [], [], []
         for i in range(b):
-            if not live[i]:
+            if not live[i].any():
                 continue
             ids = prompts[i, width - int(lengths[i]):]
             for j in range(m):
+                if not live[i, j % live.shape[1]]:
+                    continue
                 seed = sample_seed(key_data[i], j)
                 bodies.append(self._body(ids, scfg, n, seed, greedy=scfg.temperature == 0))
                 tags.append(f"{name}:{seed}")
@@ -336,7 +339,8 @@ class RemoteLM:
 
     def generate(self, prompts, lengths, keys, scfg, fanout: bool = True, name: str = "model call",
                  live=None) -> SampleOutput:
-        """Left-padded prompts `[B, P]` -> `[B*M, max_new]` rows, with the server's bill."""
+        """Left-padded prompts `[B, P]` -> `[B*M, max_new]` rows, with the server's bill.
+        `live` `[B]` (prompts) or `[B*M]` (samples): the rows requested; the rest come back empty."""
         b, r, n = prompts.shape[0], prompts.shape[0] * scfg.num_samples, scfg.max_new_tokens
         live = jnp.ones((b,), bool) if live is None else live
         shapes = (jax.ShapeDtypeStruct((r, n), jnp.int32), jax.ShapeDtypeStruct((r,), jnp.int32),
