@@ -2,17 +2,17 @@
 the in-process sampler call of `rollout_throughput.py`, same requests, same run.
 
     python benchmarks/serve_throughput.py [--requests 256] [--max-new-tokens 256] [--concurrency 32]
-        [--batch-buckets 8,16,32] [--prompt-buckets auto] [--batch-wait-ms 5] [--port 0]
+        [--max-batch-rows 32] [--decode-chunk 8] [--prompt-buckets auto] [--batch-wait-ms 5] [--port 0]
 
 Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.jsonl`, so
 `PRD_DATA_DIR` applies) as one-message SmolLM2-135M-Instruct chats, temperature 1, at most
 `--max-new-tokens` new tokens, request i with seed i.
 
 Serve: `prd-jax serve --model smollm2-135m` runs as a subprocess (JAX_PLATFORMS as in this
-process, else cpu) with `--max-batch-rows` / `--batch-wait-ms` and fixed shapes:
-`--batch-buckets` (default 8,16,32) and `--prompt-buckets` (default `auto`: the length
-buckets of the workload's median and longest prompt, counted with the model's chat
-template), which the server compiles for `--max-new-tokens` before `/health` answers 200
+process, else cpu) with `--max-batch-rows` decode slots (default `--concurrency`: one per
+client), `--decode-chunk` and `--prompt-buckets` (default `auto`: the length buckets of the
+workload's median and longest prompt, counted with the model's chat template); the server
+compiles every program those prompts and `--max-new-tokens` meet before `/health` answers 200
 (`--warmup-max-tokens`), so no compile lands in the timed pass (`serve_compiles_timed`,
 read from the server's "sampler: compiling" log lines, says whether one did). Then
 `--concurrency` threads, each with its own `openai.OpenAI` client (the official package; no
@@ -105,11 +105,9 @@ def health(base: str) -> tuple:
 
 
 def compiles(log_path: str) -> list:
-    """(batch, prompt, gen, compact_min_rows) of each "sampler: compiling" line the server logged so far."""
-    shape = re.compile(r"batch=(\d+) prompt=(\d+) gen=(\d+).*compact_min_rows=(\d+)")
+    """What each "sampler: compiling" line the server logged so far compiled (the line's rest)."""
     with open(log_path, errors="replace") as f:
-        found = [shape.search(line) for line in f if COMPILE_LINE in line]
-    return [tuple(int(x) for x in m.groups()) for m in found if m]
+        return [line.split(COMPILE_LINE, 1)[1].strip() for line in f if COMPILE_LINE in line]
 
 
 def tail(log_path: str, lines: int = 30) -> str:
@@ -120,7 +118,7 @@ def tail(log_path: str, lines: int = 30) -> str:
 def start_server(args, port: int, log_file) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "prd_jax.cli", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
            "--max-batch-rows", str(args.max_batch_rows), "--batch-wait-ms", str(args.batch_wait_ms),
-           "--batch-buckets", args.batch_buckets, "--prompt-buckets", args.prompt_buckets,
+           "--decode-chunk", str(args.decode_chunk), "--prompt-buckets", args.prompt_buckets,
            "--warmup-max-tokens", str(args.max_new_tokens), "--verbose"]
     env = dict(os.environ, JAX_PLATFORMS=os.environ["JAX_PLATFORMS"], PYTHONUNBUFFERED="1")
     return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
@@ -210,7 +208,7 @@ def run_serve(args, messages: list) -> dict:
                 if warm:
                     warm_s, _ = serve_pass(base, warm, args.max_new_tokens, args.concurrency, args.request_timeout)
                     print(f"serve: warm-up pass of {len(warm)} requests {warm_s:.1f} s, "
-                          f"compiles so far (batch, prompt, gen, compact_min_rows): {compiles(log_path)}", flush=True)
+                          f"compiles so far: {len(compiles(log_path))}", flush=True)
                 calls0, compiles0 = health(base)[1].get("sampler_calls"), compiles(log_path)
                 wall, results = serve_pass(base, messages, args.max_new_tokens, args.concurrency,
                                            args.request_timeout)
@@ -256,8 +254,8 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=32, help="client threads, one OpenAI client each")
     parser.add_argument("--max-batch-rows", type=int, default=None,
-                        help="the server's --max-batch-rows (default: the largest batch bucket)")
-    parser.add_argument("--batch-buckets", default="8,16,32", help="the server's --batch-buckets")
+                        help="the server's decode slots, --max-batch-rows (default: --concurrency)")
+    parser.add_argument("--decode-chunk", type=int, default=8, help="the server's --decode-chunk")
     parser.add_argument("--prompt-buckets", default="auto",
                         help="the server's --prompt-buckets; auto: the workload's median and longest prompt buckets")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms")
@@ -279,8 +277,9 @@ def main():
     if args.prompt_buckets == "auto":
         args.prompt_buckets = auto_prompt_buckets(messages)
     if args.max_batch_rows is None:
-        args.max_batch_rows = max(int(b) for b in args.batch_buckets.split(","))
-    print(f"server shapes: batch buckets {args.batch_buckets}, prompt buckets {args.prompt_buckets}", flush=True)
+        args.max_batch_rows = args.concurrency
+    print(f"server: {args.max_batch_rows} decode slots, chunks of {args.decode_chunk} steps, prompt buckets "
+          f"{args.prompt_buckets}", flush=True)
     serve = run_serve(args, messages) if args.only != "inprocess" else None
     ours = run_inprocess(args, messages) if args.only != "serve" else None
     load_end = os.getloadavg()
@@ -315,7 +314,7 @@ def main():
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
         "warmup_requests": args.warmup_requests, "only": args.only,
         "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms,
-                         "batch_buckets": args.batch_buckets, "prompt_buckets": args.prompt_buckets,
+                         "decode_chunk": args.decode_chunk, "prompt_buckets": args.prompt_buckets,
                          "warmup_max_tokens": args.max_new_tokens},
         "inprocess_options": INPROCESS_OPTIONS,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),

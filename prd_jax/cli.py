@@ -204,15 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's)")
-    sv.add_argument("--max-batch-rows", type=int, default=64, help="most rows (prompts x n) per sampler call")
-    sv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a request waits for company")
-    sv.add_argument("--batch-buckets", type=_int_list, default=(),
-                    help="fixed call sizes, e.g. 8,32: a call is padded to the smallest that holds its rows")
+    sv.add_argument("--max-batch-rows", type=int, default=32,
+                    help="decode slots: most rows (prompts x n) decoding at once (continuous batching)")
+    sv.add_argument("--batch-wait-ms", type=float, default=5.0,
+                    help="when no row is decoding, how long the first request waits for company")
+    sv.add_argument("--decode-chunk", type=int, default=8,
+                    help="decode steps between admissions: finished rows leave and waiting rows enter after each")
     sv.add_argument("--prompt-buckets", type=_int_list, default=(),
                     help="fixed prompt widths, e.g. 128,256: prompts are padded to the smallest that holds them")
     sv.add_argument("--warmup-max-tokens", type=int, default=0,
-                    help="> 0: before /health is ready, compile every batch bucket x prompt bucket for this "
-                         "max_tokens at temperature 1, top_p 1")
+                    help="> 0: before /health is ready, compile every program that requests of up to this many "
+                         "new tokens on prompts within the buckets meet (at temperature / top-p / top-k off)")
     sv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)

@@ -55,7 +55,8 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
     async def health(_):
         if engine.error is not None:
             return JSONResponse({"status": "error", "error": str(engine.error)}, status_code=500)
-        return JSONResponse({"status": "ok" if engine.ready.is_set() else "loading", "sampler_calls": engine.calls},
+        return JSONResponse({"status": "ok" if engine.ready.is_set() else "loading", "sampler_calls": engine.calls,
+                             "peak_rows": engine.peak_rows},
                             status_code=200 if engine.ready.is_set() else 503)
 
     async def models(_):
@@ -177,8 +178,8 @@ def serve(args) -> None:
     if tok is None:
         raise ValueError(f"model {args.model!r} has no tokenizer to serve (tokenizer.json missing)")
     engine = Engine(cfg, params, tok, max_rows=args.max_batch_rows, wait_s=args.batch_wait_ms / 1000,
-                    batch_buckets=args.batch_buckets, prompt_buckets=args.prompt_buckets,
-                    warmup_max_tokens=args.warmup_max_tokens)
+                    prompt_buckets=args.prompt_buckets, warmup_max_tokens=args.warmup_max_tokens,
+                    decode_chunk=args.decode_chunk)
     app = build_app(engine, args.served_name or name)
     t0 = time.time()
     log.info("serving %s on http://%s:%d (context %d)", args.served_name or name, args.host, args.port,

@@ -1,38 +1,41 @@
-"""The serving engine: concurrent requests decoded together in micro-batches.
+"""The serving engine: concurrent requests decoded together by continuous batching.
 
-Rows (one per prompt and sample) wait at most `wait_s` for company, up to `max_rows` per
-sampler call; rows with the same temperature / top-p / top-k share one call. A call
-decodes to the bucketed largest `max_tokens` of its rows and each row is cut at its own;
-finished rows stop costing compute as the sampler compacts its decode batch
-(`SamplingConfig.compact_min_rows`). A row's key is `fold_in(key(seed), sample)`, so a
-row's tokens depend on its own seed alone, not on the batch it lands in.
+Each request row (one per prompt and sample) takes a free slot of a fixed pool of
+`max_rows` decode slots (`prd_jax.serve.slots`): its prompt is prefilled into the slot and
+it decodes with whatever rows are live, in chunks of `decode_chunk` steps. A row that stops
+(a stop id, or its own `max_tokens`) is answered at the end of that chunk and its slot goes
+to the next waiting row, so no request waits for a longer neighbour and the pool stays full
+while requests wait. Rows differ freely in temperature / top-p / top-k (per-row settings)
+and length. A row's key is `fold_in(key(seed), sample)` and its t-th token uses
+`fold_in(key, t)`, as `Sampler` does, so its tokens depend on its own seed alone.
 
-Shapes: every new (batch, prompt width, generation length, sampling settings) compiles a
-program, and under load which batches form depends on when requests arrive. Fixed
-`batch_buckets` (a call is padded to the smallest that holds its rows) and `prompt_buckets`
-(`Sampler.prompt_width`) close that set, and `warmup_max_tokens` compiles all of it, at the
-OpenAI API's default sampling (temperature 1, top_p 1), before `/health` reports ready, so
-no compile lands on a request. Without buckets, batches take the sampler's powers of two.
+Shapes: a program per prompt width (prefill), per cache width (decode chunk), and small
+insert / resize programs. Prompts are padded to `prompt_buckets` (else the length ladder);
+cache widths are powers of two. `warmup_max_tokens` compiles every program that requests of
+up to that many new tokens on prompts within the buckets can meet, before `/health` reports
+ready, so no compile lands on a request. Every compile is logged as "sampler: compiling".
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import queue
 import threading
-import time
 from typing import List, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax import sampling
-from prd_jax.sampling import Sampler, SamplingConfig, bucket, length_bucket
+from prd_jax.model.decoder import decode_weights
+from prd_jax.sampling import bucket, length_bucket
+from prd_jax.serve import slots as S
 
 log = logging.getLogger(__name__)
+MIN_WIDTH = 64  # the smallest cache width of the pool
 
 
 @dataclasses.dataclass
@@ -61,34 +64,56 @@ class Decoded:
     top: dict
 
 
-class Engine:
-    """Owns the model and a decode thread; `submit` rows, await their futures."""
+@dataclasses.dataclass
+class _Live:
+    """Host view of an occupied slot."""
 
-    def __init__(self, cfg, params, tokenizer, mesh=None, max_rows: int = 64, wait_s: float = 0.005,
-                 compact_min_rows: int = 8, batch_buckets=(), prompt_buckets=(), warmup_max_tokens: int = 0):
-        batch_buckets = tuple(int(b) for b in batch_buckets)
-        if any(b < 1 for b in batch_buckets) or list(batch_buckets) != sorted(set(batch_buckets)):
-            raise ValueError(f"batch_buckets={batch_buckets}: must be strictly ascending positive row counts")
-        if batch_buckets and batch_buckets[-1] < max_rows:
-            raise ValueError(f"max_rows={max_rows} exceeds the largest batch bucket {batch_buckets[-1]}; allowed: "
-                             f"max_rows <= {batch_buckets[-1]} (or add a larger bucket)")
+    row: Row
+    width: int  # its prompt's padded width: its first generated token goes to cache slot `width`
+    ids: list
+    logprobs: list
+    top: dict
+
+    @property
+    def index(self) -> int:
+        return self.width + len(self.ids)
+
+class Engine:
+    """Owns the model, the slot pool and a decode thread; `submit` rows, await their futures."""
+
+    def __init__(self, cfg, params, tokenizer, mesh=None, max_rows: int = 32, wait_s: float = 0.005,
+                 prompt_buckets=(), warmup_max_tokens: int = 0, decode_chunk: int = 8):
+        buckets = tuple(int(b) for b in prompt_buckets)
+        if max_rows < 1:
+            raise ValueError(f"max_rows={max_rows}; must be >= 1 (the number of decode slots)")
+        if any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"prompt_buckets={buckets}: must be strictly ascending positive widths")
+        if buckets and buckets[-1] >= cfg.max_position:
+            raise ValueError(f"prompt_buckets={buckets}: the last must be < the context {cfg.max_position}")
         if warmup_max_tokens < 0:
             raise ValueError(f"warmup_max_tokens={warmup_max_tokens}; must be >= 0 (0 = no warm-up grid)")
+        if decode_chunk < 1:
+            raise ValueError(f"decode_chunk={decode_chunk}; must be >= 1 (decode steps between admissions)")
         self.cfg, self.params, self.tok, self.mesh = cfg, params, tokenizer, mesh
-        self.max_rows, self.wait_s, self.compact_min_rows = max_rows, wait_s, compact_min_rows
-        self.batch_buckets, self.warmup_max_tokens = batch_buckets, warmup_max_tokens
-        self.sampler = Sampler(cfg, mesh, pad_id=tokenizer.pad_id, prompt_buckets=prompt_buckets)
+        self.max_rows, self.wait_s, self.steps = max_rows, wait_s, decode_chunk
+        self.prompt_buckets, self.warmup_max_tokens = buckets, warmup_max_tokens
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
-        self.calls = 0  # sampler calls made (tests read the batching from it)
+        self.calls = 0  # decode chunks run
+        self.peak_rows = 0  # most rows live in one chunk
+        self._programs: dict = {}
+        self._live: List[Optional[_Live]] = [None] * max_rows
         self._queue: "queue.Queue[Optional[Row]]" = queue.Queue()
-        self._logits = {}
         self._thread = threading.Thread(target=self._run, daemon=True, name="prd-jax-engine")
         self._thread.start()
 
     @property
     def context(self) -> int:
         return self.cfg.max_position
+
+    @property
+    def num_compilations(self) -> int:
+        return len(self._programs)
 
     def submit(self, rows: List[Row]) -> List[concurrent.futures.Future]:
         for r in rows:
@@ -99,107 +124,204 @@ class Engine:
         self._queue.put(None)
         self._thread.join(timeout=30)
 
+    # -- shapes -------------------------------------------------------------------------
+
+    def prompt_width(self, n: int, max_tokens: int) -> int:
+        """The padded width of an `n`-token prompt (`Sampler.prompt_width`'s rule)."""
+        fixed = [b for b in self.prompt_buckets if b >= n]
+        width = fixed[0] if fixed else length_bucket(n, 16)
+        return max(n, min(width, self.context - max_tokens))
+
+    def cache_width(self, reach: int) -> int:
+        return min(self.context, bucket(reach, MIN_WIDTH))
+
+    def warmup_shapes(self) -> dict:
+        """The prompt widths and cache widths the warm-up compiles: every prompt bucket, and
+        every cache width a row of at most `warmup_max_tokens` on them can need."""
+        if not self.warmup_max_tokens:
+            return {"prompts": [], "caches": []}
+        room = self.context - self.warmup_max_tokens
+        prompts = [w for w in self.prompt_buckets if w <= room] or [min(16, room)]
+        top = self.cache_width(prompts[-1] + self.warmup_max_tokens)
+        caches = sorted({self.cache_width(prompts[0] + 1)} | {w for w in (2 ** i for i in range(31))
+                                                              if self.cache_width(prompts[0] + 1) <= w <= top})
+        return {"prompts": prompts, "caches": [w for w in caches if w <= top]}
+
+    # -- programs -----------------------------------------------------------------------
+
+    def _abstract_pool(self, width: int):
+        return jax.eval_shape(lambda: S.empty_pool(self.cfg, self.max_rows, width, self.cfg.vocab_size))
+
+    def _program(self, key: tuple, build):
+        if key not in self._programs:
+            log.info("sampler: compiling %s (compilation #%d)", key, len(self._programs) + 1)
+            self._programs[key] = build()
+        return self._programs[key]
+
+    def _prefill(self, width: int):
+        cfg = self.cfg
+        return self._program(("prefill", width), lambda: jax.jit(
+            lambda params, p, n: S.prefill_row(cfg, params, p, n, width)).lower(
+            self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32)).compile())
+
+    def _insert(self, prompt_width: int, width: int):
+        cfg = self.cfg
+
+        def fn(pool, slot, logits, caches, key, fields):
+            caches = S.resize(cfg, dict(caches=caches), width)["caches"]
+            return S.insert(pool, slot, logits, caches, key, fields)
+        one = jax.eval_shape(lambda p, n: S.prefill_row(cfg, self.params, p, n, prompt_width),
+                             jax.ShapeDtypeStruct((1, prompt_width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
+        fields = {k: jax.ShapeDtypeStruct((), v.dtype) for k, v in self._abstract_pool(width).items()
+                  if k in S.ROW_FIELDS}
+        return self._program(("insert", prompt_width, width), lambda: jax.jit(fn, donate_argnums=0).lower(
+            self._abstract_pool(width), jax.ShapeDtypeStruct((), jnp.int32), one[0], one[1],
+            jax.eval_shape(lambda: jax.random.key(0)), fields).compile())
+
+    def _resize(self, old: int, new: int):
+        cfg = self.cfg
+        return self._program(("resize", old, new), lambda: jax.jit(
+            lambda pool: S.resize(cfg, pool, new)).lower(self._abstract_pool(old)).compile())
+
+    def _decode(self, width: int, filtered: bool):
+        cfg, stops, pad = self.cfg, tuple(self.tok.stop_ids), self.tok.pad_id
+        fn = functools.partial(S.decode_chunk, cfg, steps=self.steps, stop_ids=stops, pad_id=pad,
+                               filtered=filtered, mesh=self.mesh)
+        return self._program(("decode", width, filtered), lambda: jax.jit(fn, donate_argnums=1).lower(
+            self._weights, self._abstract_pool(width)).compile())
+
+    # -- the decode thread --------------------------------------------------------------
+
     def _run(self) -> None:
-        try:  # the first program (and the warm-up grid) compiles before /health says ready
-            self._decode([Row([self._filler], 1, 0.0, 1.0, 0, 0)])
-            for rows, width in self.warmup_shapes():
-                self._decode([Row([self._filler] * width, self.warmup_max_tokens, 1.0, 1.0, 0, 0)] * rows)
+        try:  # the first programs (and the warm-up grid) compile before /health says ready
+            self._weights = jax.jit(functools.partial(decode_weights, self.cfg, mesh=self.mesh))(self.params)
+            self._width = MIN_WIDTH if self.context >= MIN_WIDTH else self.context
+            self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size))()
+            self._warm_up()
             self.ready.set()
         except BaseException as e:  # reported by /health
             self.error = e
             log.exception("engine warm-up failed")
             return
         while True:
-            first = self._queue.get()
-            if first is None:
+            rows = self._take()
+            if rows is None:
                 return
-            batch, deadline = [first], time.monotonic() + self.wait_s
-            while len(batch) < self.max_rows:
+            for row in rows:
                 try:
-                    row = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if row is None:
-                    self._queue.put(None)
-                    break
-                batch.append(row)
-            groups = {}
-            for row in batch:
-                groups.setdefault((row.temperature, row.top_p, row.top_k), []).append(row)
-            for rows in groups.values():
+                    self._admit(row)
+                except Exception as e:  # a failed row fails alone; the server stays up
+                    log.exception("admission failed")
+                    row.future.set_exception(e)
+            if any(self._live):
                 try:
-                    for row, out in zip(rows, self._decode(rows)):
-                        row.future.set_result(out)
-                except Exception as e:  # a failed call fails its rows; the server stays up
+                    self._chunk()
+                except Exception as e:  # a failed chunk fails its rows; the server stays up
                     log.exception("decode failed")
-                    for row in rows:
-                        if not row.future.done():
-                            row.future.set_exception(e)
+                    for i, live in enumerate(self._live):
+                        if live is not None and not live.row.future.done():
+                            live.row.future.set_exception(e)
+                        self._live[i] = None
+
+    def _warm_up(self) -> None:
+        """The probe row (one token), then the grid of `warmup_shapes`."""
+        self._serve_now(Row([self._filler], 1, 0.0, 1.0, 0, 0))
+        shapes = self.warmup_shapes()
+        for width in shapes["caches"]:
+            self._decode(width, False)
+        for p in shapes["prompts"]:
+            self._prefill(p)
+            for width in shapes["caches"]:
+                if width > p:
+                    self._insert(p, width)
+        for a in shapes["caches"]:
+            for b in shapes["caches"]:
+                if a != b:
+                    self._resize(a, b)
+
+    def _serve_now(self, row: Row) -> Decoded:
+        self._admit(row)
+        while not row.future.done():
+            self._chunk()
+        return row.future.result()
 
     @property
     def _filler(self) -> int:
         return self.tok.stop_ids[0] if self.tok.stop_ids else 0
 
-    def warmup_shapes(self) -> list:
-        """(rows, prompt width) of each call the warm-up makes: every batch bucket up to
-        `max_rows` times every prompt bucket that leaves room for `warmup_max_tokens`."""
-        if not self.warmup_max_tokens:
-            return []
-        room = self.cfg.max_position - self.warmup_max_tokens
-        widths = [w for w in self.sampler.prompt_buckets if w <= room] or [min(16, room)]
-        batches = [b for b in self.batch_buckets if b <= self.max_rows] or [
-            2 ** i for i in range(self.max_rows.bit_length()) if 2 ** i <= self.max_rows]
-        return [(b, w) for b in batches for w in widths]
+    def _take(self) -> Optional[List[Row]]:
+        """Waiting rows, at most one per free slot; blocks (then waits `wait_s` for company)
+        only when no row is live. None: stop."""
+        free = self._live.count(None)
+        rows: List[Row] = []
+        idle = free == self.max_rows
+        while len(rows) < free:
+            try:
+                if idle and not rows:
+                    row = self._queue.get()
+                elif idle:
+                    row = self._queue.get(timeout=self.wait_s)
+                else:
+                    row = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if row is None:
+                for r in rows:
+                    r.future.cancel()
+                return None
+            rows.append(row)
+        return rows
 
-    def _padded(self, rows: List[Row]) -> List[Row]:
-        """`rows` and filler rows up to the smallest batch bucket that holds them."""
-        size = next((b for b in self.batch_buckets if b >= len(rows)), len(rows))
-        first = rows[0]
-        return rows + [dataclasses.replace(first, prompt=[self._filler], seed=0, top_logprobs=0,
-                                           future=concurrent.futures.Future())] * (size - len(rows))
+    def _admit(self, row: Row) -> None:
+        """Prefill `row` into a free slot (growing the pool's cache width if it needs more)."""
+        slot = self._live.index(None)
+        n = len(row.prompt)
+        if n < 1 or n + row.max_tokens > self.context:
+            raise ValueError(f"prompt of {n} tokens + max_tokens={row.max_tokens} exceeds the context {self.context}")
+        width = self.prompt_width(n, row.max_tokens)
+        tokens = np.full((1, width), self.tok.pad_id, np.int32)
+        tokens[0, width - n:] = row.prompt
+        logits, caches = self._prefill(width)(self.params, jnp.asarray(tokens), jnp.asarray([n], np.int32))
+        self._fit(extra=min(width + self.steps, width + row.max_tokens))
+        fields = dict(index=np.int32(width), start=np.int32(width - n), count=np.int32(0),
+                      limit=np.int32(row.max_tokens), active=np.bool_(True), temperature=np.float32(row.temperature),
+                      top_p=np.float32(row.top_p), top_k=np.int32(row.top_k))
+        key = S.row_key(row.seed, row.sample)
+        self._pool = self._insert(width, self._width)(self._pool, np.int32(slot), logits, caches, key, fields)
+        self._live[slot] = _Live(row, width, [], [], self._top(np.asarray(logits)[0], row.top_logprobs))
 
-    def _decode(self, rows: List[Row]) -> List[Decoded]:
+    def _fit(self, extra: int = 0) -> None:
+        """Resize the pool to the cache width the live rows (and `extra`) reach in the next chunk."""
+        reach = max([extra] + [min(live.index + self.steps, live.width + live.row.max_tokens)
+                               for live in self._live if live is not None])
+        want = self.cache_width(reach)
+        if want != self._width:
+            self._pool = self._resize(self._width, want)(self._pool)
+            self._width = want
+
+    def _chunk(self) -> None:
+        self._fit()
+        live = [(i, x) for i, x in enumerate(self._live) if x is not None]
+        filtered = any(x.row.temperature > 0 and (x.row.top_p < 1.0 or x.row.top_k > 0) for _, x in live)
+        self._pool, tokens, logprobs = self._decode(self._width, filtered)(self._weights, self._pool)
         self.calls += 1
-        real, rows = len(rows), self._padded(rows)
-        longest = max(len(r.prompt) for r in rows)
-        want = max(r.max_tokens for r in rows)
-        gen = max(want, min(length_bucket(want), self.cfg.max_position - longest))
-        first = rows[0]
-        compact = self.compact_min_rows if bucket(len(rows), 1) > self.compact_min_rows else 0
-        scfg = SamplingConfig(gen, first.temperature, first.top_p, first.top_k, 1, tuple(self.tok.stop_ids),
-                              compact_min_rows=compact)
-        keys = jnp.stack([jax.random.fold_in(jax.random.key(r.seed), r.sample) for r in rows])
-        out = self.sampler(self.params, [r.prompt for r in rows], keys, scfg)
-        tokens, lengths, logprobs = (np.asarray(x) for x in (out.tokens, out.lengths, out.logprobs))
-        stopped = np.asarray(out.stopped)
-        tops = self._top(rows)
-        result = []
-        for i, r in enumerate(rows[:real]):
-            n = min(int(lengths[i]), r.max_tokens)
-            result.append(Decoded(tokens[i, :n].tolist(), logprobs[i, :n].tolist(),
-                                  bool(stopped[i]) and n == int(lengths[i]), tops.get(i, {})))
-        return result
+        self.peak_rows = max(self.peak_rows, len(live))
+        tokens, logprobs, count, active = jax.device_get(
+            (tokens, logprobs, self._pool["count"], self._pool["active"]))
+        stops = set(self.tok.stop_ids)
+        for i, x in live:
+            n = int(count[i]) - len(x.ids)
+            x.ids += tokens[i, :n].tolist()
+            x.logprobs += logprobs[i, :n].tolist()
+            if not active[i]:
+                self._live[i] = None
+                x.row.future.set_result(Decoded(x.ids, x.logprobs, bool(x.ids) and x.ids[-1] in stops, x.top))
 
-    def _top(self, rows: List[Row]) -> dict:
-        """{row: {id: logprob}} of the first generated position for rows that ask for it."""
-        want = [i for i, r in enumerate(rows) if r.top_logprobs > 0]
-        if not want:
+    @staticmethod
+    def _top(logits: np.ndarray, k: int) -> dict:
+        """{id: logprob} of the `k` most likely first tokens (from the prefill's logits)."""
+        if k <= 0:
             return {}
-        prompts = [rows[i].prompt for i in want]
-        width = length_bucket(max(len(p) for p in prompts))
-        batch = length_bucket(len(prompts), 1)
-        tok = np.full((batch, width), self.tok.pad_id, np.int32)
-        lens = np.ones((batch,), np.int32)
-        for j, p in enumerate(prompts):  # left-padded, as the sampler's prompts
-            tok[j, width - len(p):] = p
-            lens[j] = len(p)
-        if (batch, width) not in self._logits:
-            self._logits[(batch, width)] = jax.jit(
-                lambda params, t, n: jax.nn.log_softmax(sampling.next_logits(self.cfg, params, t, n, mesh=self.mesh)))
-        logp = np.asarray(self._logits[(batch, width)](self.params, jnp.asarray(tok), jnp.asarray(lens)))
-        out = {}
-        for j, i in enumerate(want):
-            k = min(rows[i].top_logprobs, logp.shape[1])
-            best = np.argsort(-logp[j], kind="stable")[:k]
-            out[i] = {int(t): float(logp[j, t]) for t in best}
-        return out
+        logp = logits - (np.log(np.sum(np.exp(logits - logits.max()))) + logits.max())
+        best = np.argsort(-logp, kind="stable")[:min(k, logp.shape[0])]
+        return {int(t): float(logp[t]) for t in best}

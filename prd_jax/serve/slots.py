@@ -1,0 +1,134 @@
+"""Continuous batching for `prd-jax serve`: a pool of decode slots that rows enter and leave
+between short decode chunks (issue 32 §5: "finished rows leave early").
+
+The pool holds `S` slots. A slot is one row: its per-layer decode caches
+(`decoder.decode_cache` layout, `W` cache slots), its next-token logits, its key and where it
+stands: `index` (the cache slot its next token is written to), `start` (its first valid cache
+slot: a prompt of n tokens prefilled at width P fills slots P-n .. P-1), `count` (tokens
+generated), `limit` (its `max_tokens`), `active`, and its own temperature / top-p / top-k.
+
+- `decode_chunk` runs up to `steps` decode steps of all slots at once, every row writing at
+  its own `index` (`decoder.decode_step_groups` with a per-row write slot). A row stops when it
+  emits a stop id or reaches its limit; its slot is free at the chunk's end, and a waiting
+  request takes it before the next chunk. So a call never waits for the longest row of a
+  batch, and the batch stays full while requests wait.
+- Keys: a row's `count`-th token is drawn with `fold_in(key, count)`, the key `Sampler` uses
+  at step `count`, so a row decodes the tokens the sampler decodes for it alone (up to the
+  fp32 rounding of other batch shapes).
+- `W` is a cache-width bucket covering what the live rows reach in the next chunk
+  (`resize`: zero slots are masked, so padding changes no logit), so a step reads the slots
+  the rows need, not the whole context. Sliding-window layers keep rings
+  (`decoder.ring_windows`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from prd_jax.model.config import ModelConfig
+from prd_jax.model.decoder import decode_cache, decode_step_groups, grow_decode_cache, init_cache, ring_windows
+from prd_jax.sampling import _chosen_logprob, blocked_argmax, blocked_categorical, prefill
+
+Array = jax.Array
+ROW_FIELDS = ("index", "start", "count", "limit", "active", "temperature", "top_p", "top_k")
+
+
+def row_filters(scaled: Array, top_p: Array, top_k: Array) -> Array:
+    """Per-row top-k then nucleus filter of `scaled [S, V]` (`sampling.top_k_mask` followed by
+    `sampling.top_p_mask`, with k and p per row; k = 0 and p = 1 leave a row unfiltered)."""
+    vocab = scaled.shape[-1]
+    ordered = -jnp.sort(-scaled, axis=-1)
+    k = jnp.clip(top_k, 1, vocab) - 1
+    kth = jnp.where(top_k > 0, jnp.take_along_axis(ordered, k[:, None], axis=-1)[:, 0], -jnp.inf)
+    ordered = jnp.where(ordered >= kth[:, None], ordered, -jnp.inf)
+    probs = jax.nn.softmax(ordered, axis=-1)
+    keep = ((jnp.cumsum(probs, axis=-1) - probs) < top_p[:, None]) | (top_p[:, None] >= 1.0)
+    threshold = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1)
+    return jnp.where(scaled >= jnp.maximum(kth, threshold)[:, None], scaled, -jnp.inf)
+
+
+def choose_rows(logits: Array, keys: Array, temperature: Array, top_p: Array, top_k: Array,
+                filtered: bool) -> Array:
+    """One token per row, each row at its own settings (`sampling.choose_tokens` per row):
+    temperature 0 is greedy; `filtered` (static) applies `row_filters`."""
+    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)[:, None]
+    if filtered:
+        scaled = row_filters(scaled, top_p, top_k)
+    return jnp.where(temperature > 0, blocked_categorical(keys, scaled), blocked_argmax(logits))
+
+
+def decode_chunk(cfg: ModelConfig, weights, pool: dict, *, steps: int, stop_ids: tuple, pad_id: int,
+                 filtered: bool, mesh=None):
+    """Up to `steps` decode steps of every slot; returns the pool and the chunk's tokens and
+    logprobs `[S, steps]`: row s's new tokens are its first `count' - count` entries."""
+    slots = pool["logits"].shape[0]
+    stops = jnp.asarray(stop_ids, jnp.int32)
+
+    def cond(state):
+        t, _, _, p = state
+        return (t < steps) & jnp.any(p["active"])
+
+    def body(state):
+        t, tokens, logprobs, p = state
+        active = p["active"]
+        keys = jax.vmap(jax.random.fold_in)(p["keys"], p["count"])
+        tok = choose_rows(p["logits"], keys, p["temperature"], p["top_p"], p["top_k"], filtered)
+        lp = jnp.where(active, _chosen_logprob(p["logits"], tok), 0.0)
+        tok = jnp.where(active, tok, pad_id)
+        tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, t, 1)
+        logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, t, 1)
+        count = p["count"] + active
+        done = jnp.isin(tok, stops) | (count >= p["limit"])
+        logits, (caches,) = decode_step_groups(cfg, weights, tok, p["index"] - p["start"],
+                                               ((p["caches"], p["start"], p["index"]),), mesh=mesh)
+        p = dict(p, caches=caches, logits=logits, count=count, index=p["index"] + active, active=active & ~done)
+        return t + 1, tokens, logprobs, p
+
+    init = (jnp.int32(0), jnp.full((slots, steps), pad_id, jnp.int32), jnp.zeros((slots, steps), jnp.float32), pool)
+    _, tokens, logprobs, pool = jax.lax.while_loop(cond, body, init)
+    return pool, tokens, logprobs
+
+
+def row_key(seed: int, sample: int) -> Array:
+    """Row `sample` of a request with `seed`: the key `Sampler` gives it when called with
+    `fold_in(key(seed), sample)` as its prompt key (`sampling.sample_keys`, one sample)."""
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), sample), 1)[0]
+
+
+def prefill_row(cfg: ModelConfig, params, prompt: Array, length: Array, width: int):
+    """One left-padded prompt `[1, P]` -> (next-token logits `[1, V]`, per-layer decode caches
+    of `width` >= P slots, sliding layers as rings)."""
+    logits, cache = prefill(cfg, params, prompt, length, prompt.shape[1])
+    return logits, decode_cache(cache, slots=width, windows=ring_windows(cfg))
+
+
+def insert(pool: dict, slot: Array, logits: Array, caches: tuple, key: Array, fields: dict) -> dict:
+    """The pool with slot `slot` holding a prefilled row: its caches (`prefill_row` at the
+    pool's width), logits, key, and `fields` (`ROW_FIELDS` scalars)."""
+    put = lambda whole, one: jax.lax.dynamic_update_index_in_dim(whole, one[0].astype(whole.dtype), slot, 0)  # noqa: E731
+    out = dict(pool, logits=put(pool["logits"], logits), keys=pool["keys"].at[slot].set(key),
+               caches=jax.tree.map(put, pool["caches"], caches))
+    for name in ROW_FIELDS:
+        out[name] = pool[name].at[slot].set(fields[name])
+    return out
+
+
+def resize(cfg: ModelConfig, pool: dict, width: int) -> dict:
+    """The pool's caches at `width` slots: zero-padded when growing, cut when shrinking (only
+    slots no live row reaches are cut: the caller checks)."""
+    caches = grow_decode_cache(pool["caches"], width, None, ring_windows(cfg))
+    windows = ring_windows(cfg) or (None,) * len(caches)
+    cut = tuple((k[..., :min(width, w or width)], v[:, :, :min(width, w or width)])
+                for (k, v), w in zip(caches, windows))
+    return dict(pool, caches=cut)
+
+
+def empty_pool(cfg: ModelConfig, slots: int, width: int, vocab: int) -> dict:
+    """A pool of `slots` free slots with caches of `width` slots."""
+    caches = decode_cache(init_cache(cfg, slots, 1), slots=width, windows=ring_windows(cfg))
+    zeros = lambda dtype: jnp.zeros((slots,), dtype)  # noqa: E731
+    return dict(caches=caches, logits=jnp.zeros((slots, vocab), jnp.float32),
+                keys=jax.random.split(jax.random.key(0), slots), index=zeros(jnp.int32), start=zeros(jnp.int32),
+                count=zeros(jnp.int32), limit=jnp.ones((slots,), jnp.int32), active=zeros(bool),
+                temperature=zeros(jnp.float32), top_p=jnp.ones((slots,), jnp.float32), top_k=zeros(jnp.int32))
