@@ -44,6 +44,11 @@ def get_config(arg=None):
     c.k = None  # drafts quoted in the workspace (shared top-k)
     c.selector = None  # how the workspace ranks the drafts: "random" or "majority" (the most shared answers)
     c.long_cot_budgets = None  # Long-CoT budgets: >= 3, bracketing PDR's mean B_seq
+    # adaptive PDR (issue 37): dict(waves, min_fanout, max_fanout, tau) with min_fanout + (waves - 1) x
+    # max_fanout = drafts; it runs with PDR's sampling keys and is claimed against PDR (adaptive_pdr_vs_pdr)
+    c.adaptive = None
+    c.pareto_taus = ()  # more adaptive PDR points at these taus (one eval pass each): the Pareto sweep
+    c.pareto_drafts = ()  # fixed PDR rounds (M, 1) with these M, for the same sweep
     c.rl_steps = 24
     c.rl_learning_rate = 1e-4
     c.eval_problems = 256
@@ -52,5 +57,5 @@ def get_config(arg=None):
     c.num_train = None  # SFT problems (each with its traces) and RL prompts
     # --config.quick=True: the smoke version (tests/test_demo.py): a 1-layer model and these values
     c.quick_overrides = dict(sft_steps=4, rl_steps=1, eval_problems=4, eval_batch=4, budget=16, drafts=4, k=2,
-                             long_cot_budgets=(8, 16, 32))
+                             long_cot_budgets=(8, 16, 32), adaptive=dict(waves=2, min_fanout=2, max_fanout=2, tau=0.5))
     return c

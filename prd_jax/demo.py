@@ -41,13 +41,19 @@ CHECKPOINTS = ("sft", "rl_baseline", "rl_pdr")
 # same way (`stage_configs`); Long-CoT from one try to past the whole search (docs/demo.md says why each setting;
 # the runs that chose them: docs/results/2026-12-01-demo-results.md).
 # modchain (the control): the settings the demo used before issue 15.
+# `adaptive` (issue 37): adaptive PDR's draft waves, D = min_fanout + (waves - 1) x max_fanout =
+# `drafts` slots, so its drafts are PDR's (it runs with PDR's sampling keys, `run_demo`). preimage:
+# 2 drafts, then up to 3 and 3 more while no draft has an answer (tau = 1/8: one boxed answer,
+# which passed its own check, stops a problem); then PDR's refine (docs/demo.md).
 PRESETS = {
     "preimage": dict(difficulty=(3, 4), sft_steps=600, num_train=4000, budget=80, drafts=8, selector="majority",
                      long_cot_budgets=(64, 128, 192, 256, 512), rl_budget=256, k=2, tail=12,
+                     adaptive=dict(waves=3, min_fanout=2, max_fanout=3, tau=0.125),
                      sft=["--config.data.seq_len=512", "--config.data.pdr_fraction=1.0", "--config.data.refine_ignore=0.2",
                           "--config.data.sr_fraction=0.0", "--config.data.judge_fraction=0.25"]),
     "modchain": dict(difficulty=(1, 2), sft_steps=600, num_train=4000, budget=64, drafts=4, selector="random",
-                     long_cot_budgets=(32, 64, 128), rl_budget=64, k=2, tail=None, sft=[]),
+                     long_cot_budgets=(32, 64, 128), rl_budget=64, k=2, tail=None, sft=[],
+                     adaptive=dict(waves=2, min_fanout=2, max_fanout=2, tau=0.5)),
 }
 
 
@@ -70,6 +76,13 @@ def resolve(demo) -> ml_collections.ConfigDict:
     out["difficulty"], out["long_cot_budgets"] = tuple(out["difficulty"]), tuple(out["long_cot_budgets"])
     if len(out["long_cot_budgets"]) < 3:
         raise ValueError(f"config.long_cot_budgets={out['long_cot_budgets']}; give at least 3 budgets")
+    a = dict(out["adaptive"])
+    if a.get("min_fanout", 0) + (a.get("waves", 1) - 1) * a.get("max_fanout", 0) != out["drafts"]:
+        raise ValueError(f"config.adaptive={a}: min_fanout + (waves - 1) x max_fanout must equal config.drafts="
+                         f"{out['drafts']} (adaptive PDR draws PDR's drafts)")
+    out["adaptive"] = a
+    out["pareto_taus"] = tuple(out.get("pareto_taus") or ())
+    out["pareto_drafts"] = tuple(out.get("pareto_drafts") or ())
     return ml_collections.ConfigDict(out)
 
 
@@ -117,14 +130,42 @@ def training_texts(configs: dict) -> set:
 
 def eval_operators(demo) -> dict:
     """{name: operator entry}: Long-CoT at each budget ("long_cot@B"), the PDR round and V1
-    best-of-4 with the pairwise tournament (zero reasoning tokens per judgement)."""
+    best-of-4 with the pairwise tournament (zero reasoning tokens per judgement); then the
+    fixed PDR rounds of `demo.pareto_drafts` ("pdr@M": M drafts), points of the Pareto sweep."""
     demo = resolve(demo)
     pdr = _pdr_fields(demo)
     quoted = {k: pdr[k] for k in ("max_new_tokens", "candidate_max_tokens", "truncation_head")}
     ops = {f"long_cot@{b}": dict(type="long_cot", max_new_tokens=b) for b in demo.long_cot_budgets}
     ops["pdr"] = dict(type="pdr", **pdr)
     ops["best_of_n"] = dict(type="best_of_n", n=4, selector="pairwise_v1", judge=dict(max_new_tokens=0), **quoted)
+    for m in demo.pareto_drafts:
+        ops[f"pdr@{m}"] = dict(type="pdr", **dict(pdr, schedule=(m, 1)))
     return ops
+
+
+def adaptive_operators(demo) -> dict:
+    """{name: entry} of adaptive PDR (issue 37): "adaptive_pdr" at `demo.adaptive`'s tau, then
+    "adaptive_pdr@tau" for each of `demo.pareto_taus`. Each has PDR's draft budget, workspace
+    (k, majority ranking, quoting) and refine; `run_demo` runs it with PDR's sampling keys."""
+    demo = resolve(demo)
+    pdr = _pdr_fields(demo)
+    shared = {k: pdr[k] for k in ("k", "max_new_tokens", "candidate_max_tokens", "truncation_head")}
+    base = dict(type="adaptive_pdr", signal="majority", **shared, **demo.adaptive)
+    ops = {"adaptive_pdr": base}
+    ops.update({f"adaptive_pdr@{t:g}": dict(base, tau=t) for t in demo.pareto_taus if t != base["tau"]})
+    return ops
+
+
+def with_pdr_keys(config, entry):
+    """`config` with `entry` in the PDR entry's place: evaluated in the same workdir, every
+    other operator's rows are already there (skipped), and `entry` gets PDR's per-problem
+    sampling keys (the harness keys an operator by its index), so adaptive PDR's draft slot m
+    is PDR's draft m: common random numbers for the paired claim."""
+    out = ml_collections.ConfigDict(config.to_dict())
+    index = [e["type"] for e in config.operators].index("pdr")
+    out.operators = [dict(e) for e in config.operators[:index]] + [dict(entry)] + [
+        dict(e) for e in config.operators[index + 1:]]
+    return out
 
 
 def eval_config(demo, templates: str = "compact"):
@@ -171,8 +212,12 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
     vocab = synthetic.CharVocab()  # one tokenizer object: each eval operator compiles once for all checkpoints
     for name in CHECKPOINTS:
         model, steps[name] = _model(os.path.join(workdir, name), configs[name], vocab)
-        tables[name] = evaluate(eval_config(demo, configs[name].data.templates), os.path.join(workdir, "eval", name),
-                                model=model, rows=problems, progress=progress)
+        config = eval_config(demo, configs[name].data.templates)
+        tables[name] = evaluate(config, os.path.join(workdir, "eval", name), model=model, rows=problems,
+                                progress=progress)
+        for entry in adaptive_operators(demo).values():  # one more pass each, with PDR's keys
+            tables[name] = evaluate(with_pdr_keys(config, entry), os.path.join(workdir, "eval", name), model=model,
+                                    rows=problems, progress=progress)
     counts = {d: sum(p["difficulty"] == d for p in problems) for d in sorted({p["difficulty"] for p in problems})}
     claims = demo_claims(workdir, demo)
     write_results(workdir, demo, tables, steps, counts, claims)
@@ -180,8 +225,9 @@ def run_demo(demo, workdir: str, *, progress: bool = True) -> dict:
 
 
 def _labels(demo) -> dict:
-    """{operator name: the label its results rows carry} (`eval_operators`)."""
-    return {name: build_spec(dict(entry)).label for name, entry in eval_operators(demo).items()}
+    """{operator name: the label its results rows carry} (`eval_operators`, `adaptive_operators`)."""
+    entries = {**eval_operators(demo), **adaptive_operators(demo)}
+    return {name: build_spec(dict(entry)).label for name, entry in entries.items()}
 
 
 def _correct_by_problem(workdir: str, run: str, label: str) -> tuple[dict, float]:
@@ -225,7 +271,8 @@ def demo_claims(workdir: str, demo) -> list:
     """The issue's claims, each "A beats B" paired on the same problems (stable ids):
     `rl_vs_sft` (Long-CoT at the RL rollout budget); `pdr_vs_long_cot` and
     `best_of_n_v1_vs_long_cot` at every checkpoint, Long-CoT at the matched B_seq
-    (`matched_long_cot`); `pdr_rl_vs_rl` (both under PDR)."""
+    (`matched_long_cot`); `pdr_rl_vs_rl` (both under PDR); `adaptive_pdr_vs_pdr` at every
+    checkpoint (`adaptive_claim`: its own verdict rule)."""
     labels = _labels(demo)
     rl_budget = min(demo.long_cot_budgets, key=lambda b: (abs(b - demo.rl_budget), b))
     claims = [paired_claim(workdir, "rl_vs_sft", "rl_baseline", ("rl_baseline", f"long_cot@{rl_budget}"),
@@ -239,7 +286,47 @@ def demo_claims(workdir: str, demo) -> list:
                                        f"{what} beats Long-CoT at matched B_seq ({run})"))
     claims.append(paired_claim(workdir, "pdr_rl_vs_rl", "rl_pdr", ("rl_pdr", "pdr"), ("rl_baseline", "pdr"), labels,
                                "PDR-RL beats RL under PDR inference"))
+    claims += [adaptive_claim(workdir, run, labels) for run in CHECKPOINTS]
     return claims
+
+
+ADAPTIVE_MAX_B_TOTAL_RATIO, ADAPTIVE_MIN_CI_LOW = 0.7, -0.03
+
+
+def _mean_budget(workdir: str, run: str, label: str, budget: str) -> float:
+    """Mean `budget` ("b_total", ...) over sample 0 of one operator's rows in one run."""
+    rows = fileio.read_jsonl(os.path.join(workdir, "eval", run, "results.jsonl"))
+    rows = [row_budgets(r)[budget] for r in rows if r["operator"] == label and r["sample"] == 0 and "correct" in r]
+    return float(np.mean(rows)) if rows else float("nan")
+
+
+def adaptive_claim(workdir: str, run: str, labels: dict) -> dict:
+    """`adaptive_pdr_vs_pdr` at checkpoint `run` (issue 37): adaptive PDR against the fixed PDR
+    round, paired on the same problems and keys: the accuracy difference with its 95% interval
+    (`ci95`), `b_total_ratio` and `b_seq_ratio` (adaptive over fixed, mean tokens), n, and a
+    verdict: "holds" when b_total_ratio <= 0.7 and the interval's lower end >= -0.03, else
+    "not shown"."""
+    c = paired_claim(workdir, "adaptive_pdr_vs_pdr", run, (run, "adaptive_pdr"), (run, "pdr"), labels,
+                     f"adaptive PDR spends <= {ADAPTIVE_MAX_B_TOTAL_RATIO} of PDR's B_total at most "
+                     f"{-ADAPTIVE_MIN_CI_LOW} below its accuracy ({run})")
+    b_total = [_mean_budget(workdir, run, labels[op], "b_total") for op in ("adaptive_pdr", "pdr")]
+    low = c["diff"] - c["half_width"]
+    c.update(ci95=[low, c["diff"] + c["half_width"]], b_total_a=b_total[0], b_total_b=b_total[1],
+             b_total_ratio=b_total[0] / b_total[1] if b_total[1] else float("nan"),
+             b_seq_ratio=c["b_seq_a"] / c["b_seq_b"] if c["b_seq_b"] else float("nan"))
+    holds = c["b_total_ratio"] <= ADAPTIVE_MAX_B_TOTAL_RATIO and low >= ADAPTIVE_MIN_CI_LOW
+    c["verdict"] = "holds" if holds else "not shown"
+    return c
+
+
+def adaptive_table(claims: list) -> str:
+    head = ("| checkpoint | n | acc adaptive | acc PDR | diff (95% CI) | B_total adaptive / PDR (ratio) "
+            "| B_seq adaptive / PDR (ratio) | verdict |\n|---|---|---|---|---|---|---|---|")
+    return "\n".join([head] + [
+        f"| {c['checkpoint']} | {c['n']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | {c['diff']:+.3f} "
+        f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] | {c['b_total_a']:.0f} / {c['b_total_b']:.0f} "
+        f"({c['b_total_ratio']:.3f}) | {c['b_seq_a']:.0f} / {c['b_seq_b']:.0f} ({c['b_seq_ratio']:.3f}) | "
+        f"{c['verdict']} |" for c in claims if c["id"] == "adaptive_pdr_vs_pdr"])
 
 
 def claims_table(claims: list) -> str:
@@ -258,6 +345,8 @@ def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: l
              f"difficulty counts {held_out_counts}), k=1, T={demo.eval_temperature}; per-call budget "
              f"{demo.budget}; Long-CoT budgets {list(demo.long_cot_budgets)}.", ""]
     lines += ["## Claims (A beats B, paired on the same problems, k=1)", "", claims_table(claims), ""]
+    lines += ["## Adaptive PDR against PDR (holds: B_total ratio <= 0.7 and the CI's lower end >= -0.03)", "",
+              adaptive_table(claims), ""]
     combined, short = [], {label: op for op, label in _labels(demo).items()}  # "long_cot@128", "pdr", ...
     for name, table in tables.items():
         lines += [f"## {name} (step {steps[name]})", "", markdown_table(table), ""]
@@ -265,6 +354,7 @@ def write_results(workdir, demo, tables, steps, held_out_counts: dict, claims: l
     fileio.write_text(os.path.join(workdir, "results.md"), "\n".join(lines))
     fileio.write_text(os.path.join(workdir, "results.json"), json.dumps(
         {"task": demo.task, "seed": demo.seed, "validation": bool(demo.validation), "pdr": _pdr_fields(demo),
+         "adaptive_pdr": adaptive_operators(demo)["adaptive_pdr"],
          "long_cot_budgets": list(demo.long_cot_budgets), "steps": steps,
          "eval_difficulties": {str(d): n for d, n in held_out_counts.items()}, "claims": claims,
          "tables": tables}, indent=1))

@@ -8,8 +8,8 @@ import ml_collections
 import pytest
 
 from prd_jax.config_io import load_config
-from prd_jax.demo import (CHECKPOINTS, CONFIGS, PRESETS, eval_config, matched_long_cot, paired_claim, resolve,
-                          run_demo, stage_configs)
+from prd_jax.demo import (CHECKPOINTS, CONFIGS, PRESETS, adaptive_claim, eval_config, matched_long_cot,
+                          paired_claim, resolve, run_demo, stage_configs)
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -37,7 +37,8 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
     assert sum(results["eval_difficulties"].values()) == 4 and set(results["eval_difficulties"]) <= {"3", "4"}
     assert [(c["id"], c["checkpoint"]) for c in results["claims"]] == (
         [("rl_vs_sft", "rl_baseline")] + [("pdr_vs_long_cot", r) for r in CHECKPOINTS]
-        + [("best_of_n_v1_vs_long_cot", r) for r in CHECKPOINTS] + [("pdr_rl_vs_rl", "rl_pdr")])
+        + [("best_of_n_v1_vs_long_cot", r) for r in CHECKPOINTS] + [("pdr_rl_vs_rl", "rl_pdr")]
+        + [("adaptive_pdr_vs_pdr", r) for r in CHECKPOINTS])
     for c in results["claims"]:  # paired counts agree with the accuracies
         assert CLAIM_KEYS <= set(c) and c["n"] == 4
         assert abs(c["acc_a"] - c["acc_b"] - c["diff"]) < 1e-9 and abs(c["diff"] - (c["only_a"] - c["only_b"]) / 4) < 1e-9
@@ -45,12 +46,17 @@ def test_quick_demo_writes_results_and_plot(demo_workdir):
         if c["id"] in ("pdr_vs_long_cot", "best_of_n_v1_vs_long_cot"):  # matched: Long-CoT's B_seq <= A's, or the smallest
             assert c["b"].startswith(c["checkpoint"] + "/long_cot@")
             assert c["b_seq_b"] <= c["b_seq_a"] or c["b"].endswith("@8")
+    for c in results["claims"][-3:]:  # adaptive PDR against PDR: its ratios and its own verdict rule
+        assert (c["a"], c["b"]) == (c["checkpoint"] + "/adaptive_pdr", c["checkpoint"] + "/pdr")
+        assert abs(c["b_total_ratio"] - c["b_total_a"] / c["b_total_b"]) < 1e-9 and c["b_total_ratio"] <= 1.0
+        assert c["verdict"] == ("holds" if c["b_total_ratio"] <= 0.7 and c["ci95"][0] >= -0.03 else "not shown")
     text = open(os.path.join(workdir, "results.md")).read()
+    assert "## Adaptive PDR against PDR" in text
     assert "## Claims (A beats B, paired on the same problems, k=1)" in text and "| pdr_rl_vs_rl | rl_pdr |" in text
     for name, table in results["tables"].items():
         labels = [t["operator"] for t in table]
         assert labels[:3] == [f"long_cot(budget={b})" for b in (8, 16, 32)] and f"## {name} (step" in text
-        assert [lab.split("(")[0] for lab in labels[3:]] == ["pdr", "best_of_n"]
+        assert [lab.split("(")[0] for lab in labels[3:]] == ["pdr", "best_of_n", "adaptive_pdr"]
         for t in table:
             assert t["problems"] == 4 and 0 <= t["mean_at_k"] <= 1 and t["b_seq"] <= t["b_total"]
     for name in CHECKPOINTS:  # orbax checkpoints and TensorBoard logs are in the workdir
@@ -115,6 +121,26 @@ def test_paired_claim_by_hand(tmp_path):
     c = paired_claim(str(tmp_path), "x", "a", ("a", "pdr"), ("b", "pdr"), labels)
     assert abs(c["half_width"] - 1.96 * (4 / 15) ** 0.5 / 4) < 1e-12 and c["verdict"] == "holds"  # 0.5 - 0.253 > 0
     assert paired_claim(str(tmp_path), "x", "b", ("b", "pdr"), ("a", "pdr"), labels)["verdict"] == "reversed"
+
+
+def test_adaptive_claim_by_hand(tmp_path):
+    labels = {"pdr": "pdr(8-1)", "adaptive_pdr": "adaptive_pdr(waves=3)"}
+
+    def rows(correct_a, correct_b, n):
+        return ([{"problem_id": f"p{i}", "operator": "adaptive_pdr(waves=3)", "correct": correct_a[i % 4],
+                  "b_seq": 20, "b_total": 40 + 20 * (i % 2)} for i in range(n)]
+                + [{"problem_id": f"p{i}", "operator": "pdr(8-1)", "correct": correct_b[i % 4], "b_seq": 16,
+                    "b_total": 100} for i in range(n)])
+
+    # 40 problems, one in four discordant each way: diff 0, sd sqrt(20/39); B_total 50 / 100
+    _write_results(tmp_path, "r", rows([True, False, True, True], [True, True, False, True], 40))
+    c = adaptive_claim(str(tmp_path), "r", labels)
+    half = 1.96 * (20 / 39) ** 0.5 / 40 ** 0.5
+    assert (c["n"], c["diff"], c["b_total_ratio"], c["b_seq_ratio"]) == (40, 0.0, 0.5, 1.25)
+    assert abs(c["ci95"][0] + half) < 1e-12 and half > 0.03 and c["verdict"] == "not shown"  # CI too wide
+    _write_results(tmp_path, "r", rows([True, True, True, True], [True, True, False, True], 40))
+    c = adaptive_claim(str(tmp_path), "r", labels)  # +0.25, lower end above -0.03; ratio 0.5
+    assert c["diff"] == 0.25 and c["ci95"][0] > 0 and c["verdict"] == "holds"
 
 
 def test_matched_long_cot_takes_the_closest_budget_not_above(tmp_path):
