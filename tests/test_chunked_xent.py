@@ -11,6 +11,7 @@ from prd_jax.train.losses import token_entropy, token_logprobs
 
 
 @pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.slow
 def test_chunked_logprobs_and_grads_equal_full_logits(tied):
     cfg = get_model_config("tiny").replace(tie_embeddings=tied)
     params = init_params(cfg, jax.random.key(0))
@@ -37,6 +38,7 @@ def test_chunked_logprobs_and_grads_equal_full_logits(tied):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_chunk, g_full)
 
 
+@pytest.mark.slow
 def test_sft_loss_equals_full_logits_reference():
     """The SFT loss (chunked head) gives the NLL sum, token count and token accuracy of a
     numpy log-softmax over the full logits, on weighted, padded rows."""
@@ -63,6 +65,7 @@ def test_sft_loss_equals_full_logits_reference():
 
 
 @pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.slow
 def test_fused_weighted_nll_values_and_grads_equal_full_logits(tied):
     """`chunked_weighted_nll` (the head's gradient formed in the forward pass) against the
     full-logits log-softmax: the weighted NLL sum and hit count, and the gradients of params,
@@ -96,6 +99,7 @@ def test_fused_weighted_nll_values_and_grads_equal_full_logits(tied):
     assert float(jnp.abs(g[1]).sum()) > 0  # the weights' gradient is -log p, not dropped
 
 
+@pytest.mark.slow
 def test_fused_weighted_nll_under_a_mesh_equals_one_device():
     """On a (data=2, tensor=4) mesh the fused head gives one device's loss and gradients."""
     from prd_jax.mesh import make_mesh

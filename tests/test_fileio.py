@@ -92,6 +92,7 @@ def tiny_eval():
     return config, model, synthetic.generate(2, 0, 1)
 
 
+@pytest.mark.slow
 def test_eval_files_equal_on_both_filesystems(tmp_path, tiny_eval):
     from prd_jax.evaluate import check_settings, evaluate
 

@@ -117,6 +117,7 @@ def _hf_greedy(model, ids: list, eos=None) -> list:
     return ref[0, len(ids):].tolist()
 
 
+@pytest.mark.slow
 def test_config_read_from_transformers(peer):
     name, model, ours, _ = peer
     cfg, hf = ours.cfg, model.config
@@ -127,6 +128,7 @@ def test_config_read_from_transformers(peer):
     assert isinstance(cfg.rope_scaling, YarnScaling) and cfg.rope_scaling.factor == hf.rope_parameters["factor"]
 
 
+@pytest.mark.slow
 def test_logits_match_transformers(peer):
     """Prompts of 3-4 windows, from position 0, batch of 2: max |diff| < 1e-4 (fp32)."""
     _, model, ours, _ = peer
@@ -140,6 +142,7 @@ def test_logits_match_transformers(peer):
     assert np.abs(ref).max() > 1.0  # the logits are not trivially small
 
 
+@pytest.mark.slow
 def test_grouped_dispatch_equals_dense(peer):
     _, _, ours, _ = peer
     tokens = np.asarray(_prompt_ids(ours.cfg.vocab_size, (19, 19), seed=3), np.int32)

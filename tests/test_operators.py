@@ -123,6 +123,7 @@ def test_a_final_stop_token_counts_in_its_call_but_is_not_quoted():
 
 
 @pytest.mark.parametrize("distill", ["shared_topk", "per_sample_topk", "random_k"])
+@pytest.mark.slow
 def test_pdr_extractive_budgets(distill):
     res, b_seq, b_total = run(pdr_spec(distill))
     draft, refine = SOLVE_IN + N, topk_in(2) + N
@@ -194,6 +195,7 @@ def test_truncate_head_tail_hand_computed():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 6), min_size=2, max_size=2), min_size=1, max_size=4),
        st.integers(1, 16))
+@pytest.mark.slow
 def test_assemble_matches_python_concat_and_respects_capacity(lengths, capacity):
     segs, expected = [], [[], []]
     for s, (l0, l1) in enumerate(lengths):

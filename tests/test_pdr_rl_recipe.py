@@ -116,6 +116,7 @@ def test_rl_loss_by_hand(model_batch, normaliser, lower_clip):
         np.testing.assert_allclose(0.1 * aux / n, 0.1 * nll / c, rtol=1e-12)  # the term after / N
 
 
+@pytest.mark.slow
 def test_rl_loss_global_scale_is_exact_over_microbatches(model_batch):
     """Microbatches [0, 1, 2] and [3, 4, 5] (2 and 1 correct rows): with the batch's global
     `aux_sft_scale` their summed (sum, count) is the whole batch's; per-microbatch scales are not."""

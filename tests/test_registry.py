@@ -67,6 +67,7 @@ def test_a_missing_template_role_is_refused_naming_it():
 
 # ----------------------------------------------------------------------------- the test-only operator
 
+@pytest.mark.slow
 def test_sc_refine_refines_the_majority_candidate_with_its_own_template():
     answers = ("\\boxed{3}", "\\boxed{4}", "\\boxed{4}", "none")
     ctx = make_context(TOK, S.Sampling(), k_max=2)
@@ -90,6 +91,7 @@ def _tiny_model():
                                  mesh=None)
 
 
+@pytest.mark.slow
 def test_eval_runs_the_test_operator_from_a_config_entry(tmp_path):
     from prd_jax.evaluate import evaluate
 
@@ -105,6 +107,7 @@ def test_eval_runs_the_test_operator_from_a_config_entry(tmp_path):
     assert table["b_total"] > table["b_seq"]
 
 
+@pytest.mark.slow
 def test_operator_rl_trains_the_test_operator():
     from prd_jax.train.operator_rl import OperatorRollouts
     from prd_jax.train.rl import RLConfig, batch_rows

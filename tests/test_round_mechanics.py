@@ -69,6 +69,7 @@ def quoted(token):
     return [token] * CAND
 
 
+@pytest.mark.slow
 def test_random_k_runs_no_selector_and_pays_nothing_for_one():
     res = run(PDR((4, 2, 1), "random_k", 2, "random", KAPPA, N, CMAX, HEAD))
     assert res.calls.names == ("draft",) * 4 + ("refine",) * 2 + ("refine",)  # no rating / judge call
@@ -119,6 +120,7 @@ def test_latency_bound_parent_is_the_longest_call(lengths, parent):
 
 @pytest.mark.parametrize("selector,admitted", [("random", [0, 1, 2, 3]), ("oracle_correct", [1]),
                                                ("oracle_incorrect", [0, 2, 3])])
+@pytest.mark.slow
 def test_oracle_selection_into_a_global_summary(selector, admitted):
     res = run(PDR((4, 2, 1), "global_summary", 2, selector, KAPPA, N, CMAX, HEAD))
     summary_in = literal_len(P.DISTILL_SUMMARY) + LP + sum(header_len(j + 1) + CAND + len(P.CANDIDATE_FOOTER)
@@ -192,6 +194,7 @@ def test_sr_returns_one_trace_per_call():
 # ----------------------------------------------------------------------------- operator RL
 
 
+@pytest.mark.slow
 def test_oracle_selector_runs_in_operator_rl_rollouts(monkeypatch):
     """OperatorRollouts passes a grader (rewards.math.grade, as the reward): an oracle
     workspace holds exactly the first k drafts that grade marks correct."""
@@ -252,6 +255,7 @@ def first_token_grouper(keys):
     return group
 
 
+@pytest.mark.slow
 def test_majority_top_k_quotes_the_most_shared_answers_and_no_answer_last():
     # drafts 0..3 emit 100..103; answers a, none, b, a: votes 2, 0, 1, 2 -> top-2 = drafts 0, 3
     ctx = make_context(TOK, Sampling(), grouper=first_token_grouper({100: "a", 102: "b", 103: "a"}), kappa=KAPPA,

@@ -49,6 +49,7 @@ def test_greedy_equals_uncached_argmax(tiny, sampler):
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.8, 20, 0.9)])
+@pytest.mark.slow
 def test_ragged_batch_equals_each_prompt_alone(tiny, sampler, temperature, top_k, top_p):
     _, params = tiny
     scfg = SamplingConfig(10, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -61,6 +62,7 @@ def test_ragged_batch_equals_each_prompt_alone(tiny, sampler, temperature, top_k
                                    atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fanout_equals_repeated_prefill(tiny, sampler):
     _, params = tiny
     scfg = SamplingConfig(10, temperature=1.0, num_samples=4)
@@ -109,6 +111,7 @@ def test_temperature_zero_is_argmax():
     assert choose_tokens(logits, keys, SamplingConfig(1, temperature=0.0)).tolist() == [1, 0]
 
 
+@pytest.mark.slow
 def test_blocked_categorical_follows_the_softmax():
     """Two-stage Gumbel-max draws: empirical frequencies within 5 sigma of softmax(logits) for
     every token, over a vocabulary that is not a multiple of the block (padded tail) and with
@@ -130,6 +133,7 @@ def test_blocked_categorical_follows_the_softmax():
     assert np.asarray(again).tolist() == toks[7:9].tolist()
 
 
+@pytest.mark.slow
 def test_blocked_argmax_and_logprob_equal_the_dense_ones():
     """The blocked reductions equal `jnp.argmax` (first maximum, ties across blocks) and the
     log-softmax, on a vocabulary that is not a multiple of the block."""
@@ -165,6 +169,7 @@ def test_top_k_sampling_never_leaves_the_top_k():
     assert set(toks.tolist()) == {7, 8, 9}
 
 
+@pytest.mark.slow
 def test_bucketed_shapes_compile_once(tiny):
     cfg, params = tiny
     sampler = Sampler(cfg)
@@ -226,6 +231,7 @@ def test_row_chunked_sampling_equals_one_call(tiny, sampler, num_samples, max_ro
     np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_row_chunked_next_logits_equal_the_uncached_forward(tiny):
     """The judge's rating read in row chunks: each row's logits equal its own uncached forward."""
     from prd_jax.sampling import next_logits
@@ -241,6 +247,7 @@ def test_row_chunked_next_logits_equal_the_uncached_forward(tiny):
         np.testing.assert_allclose(chunked[i], ref, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_blocked_prefill_attention_equals_dense(tiny):
     """Query blocks of prefill attention give the dense masked attention over the prompt."""
     from prd_jax.model.decoder import prefill_attention

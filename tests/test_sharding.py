@@ -59,6 +59,7 @@ def test_param_shardings_follow_rules(tiny):
     assert shard_shapes == {(2, 32, 64)}  # each device holds a quarter, never the full array
 
 
+@pytest.mark.slow
 def test_logits_equal_across_meshes(tiny):
     cfg, params = tiny
     mesh = make_mesh("data=2,fsdp=2,tensor=2")
@@ -70,6 +71,7 @@ def test_logits_equal_across_meshes(tiny):
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_greedy_and_sampled_tokens_equal_across_meshes(tiny):
     cfg, params = tiny
     scfg = SamplingConfig(12, temperature=1.0, num_samples=2)
@@ -95,6 +97,7 @@ def test_named_config_parameter_counts(name, count):
     assert sum(int(np.prod(x.shape)) for x in leaves) == count == cfg.num_params()
 
 
+@pytest.mark.slow
 def test_remat_and_bf16_compute(tiny):
     cfg, params = tiny
     tokens = jnp.array([[5, 17, 33, 2, 9, 100]])

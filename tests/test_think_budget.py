@@ -39,6 +39,7 @@ def _unused_ids(tokens, n):
 
 @pytest.mark.parametrize("layers", ["unrolled", "scan"])
 @pytest.mark.parametrize("marker_len", [1, 3])
+@pytest.mark.slow
 def test_the_marker_is_forced_at_exactly_the_budget_then_the_row_answers(layers, marker_len):
     free = _generate(sampling.SamplingConfig(12, temperature=0.0), layers)
     marker = _unused_ids(free.tokens, marker_len)
@@ -53,6 +54,7 @@ def test_the_marker_is_forced_at_exactly_the_budget_then_the_row_answers(layers,
         assert not np.array_equal(answer, np.asarray(marker * 12)[:len(answer)])  # the model goes on answering
 
 
+@pytest.mark.slow
 def test_a_row_that_closes_its_own_block_is_not_forced():
     free = _generate(sampling.SamplingConfig(12, temperature=0.0))
     marker = (int(free.tokens[0, 1]),)  # row 0 writes it at step 1, on its own
@@ -63,6 +65,7 @@ def test_a_row_that_closes_its_own_block_is_not_forced():
             assert forced.tokens[r, 4] == marker[0]
 
 
+@pytest.mark.slow
 def test_forced_rows_with_compaction_equal_the_static_loop():
     base = dict(temperature=0.0, think_budget=3, think_end=(THINK_END,), stop_ids=(7,))
     a = _generate(sampling.SamplingConfig(10, **base))
@@ -82,6 +85,7 @@ def test_bad_think_budgets_are_refused_by_name():
         Judge(max_new_tokens=8, think_budget=9)
 
 
+@pytest.mark.slow
 def test_long_cot_quotes_the_answer_and_counts_both_parts():
     ctx = make_context(TOK, Sampling(temperature=0.0, stop_ids=()), k_max=2)
     assert ctx.think_end == (THINK_END,)

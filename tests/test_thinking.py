@@ -173,6 +173,7 @@ def test_truncation_applies_to_the_part_after_the_block():
     assert workspace(res) == TOK.encode("aner") and int(res.truncations[0]) == 1
 
 
+@pytest.mark.slow
 def test_pdr_workspace_and_summary_are_quoted_without_thinking():
     lm = script(TOK, [THOUGHT, "plain"])  # draft 0 thinks, draft 1 does not
     res = run(TOK, lm, PDR((2, 1), "shared_topk", 2, "random", 32, 32, 32, 8))

@@ -64,6 +64,7 @@ def max_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+@pytest.mark.slow
 def test_accumulation_equals_one_batch(reference):
     params, metrics, _ = run_steps(make_mesh("data=1", jax.devices()[:1]), random_batch(np.random.default_rng(0)), 4)
     assert max_diff(params, reference[0]) < 1e-5
@@ -71,12 +72,14 @@ def test_accumulation_equals_one_batch(reference):
     assert metrics[0]["tokens"] == reference[1][0]["tokens"]  # the true token count, not per microbatch
 
 
+@pytest.mark.slow
 def test_step_on_2x2x2_mesh_equals_single_device(reference):
     params, metrics, _ = run_steps(make_mesh("data=2,fsdp=2,tensor=2"), random_batch(np.random.default_rng(0)), 2)
     assert max_diff(params, reference[0]) < 1e-5
     assert abs(metrics[1]["loss"] - reference[1][1]["loss"]) < 1e-5
 
 
+@pytest.mark.slow
 def test_loss_falls_on_memorisation():
     rng = np.random.default_rng(1)
     batch = random_batch(rng, b=4, t=10)
@@ -85,6 +88,7 @@ def test_loss_falls_on_memorisation():
     assert metrics[-1]["loss"] < 0.5 * metrics[0]["loss"]
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_rejects_the_update():
     mesh = make_mesh("data=1", jax.devices()[:1])
     good = sft_loss_fn(CFG, mesh)
@@ -113,6 +117,7 @@ def test_sequences_to_batch_hand_checked():
     assert out["old_logp"].tolist() == [[0, 0, 0, -0.5, -1.5, 0]]
 
 
+@pytest.mark.slow
 def test_rl_loss_on_policy_cispo_equals_advantage_weighted_nll():
     mesh = make_mesh("data=1", jax.devices()[:1])
     params = create_state(CFG, make_optimizer(OptimConfig(1e-2, 0, 10)), mesh, jax.random.key(0)).params

@@ -278,6 +278,7 @@ def test_rsa_budget_by_hand():
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_rsa_prune_keeps_only_top_ranked_parents(seed):
     res = run(RSA(4, 2, 1, 16, 32, 8, prune_every=1, keep=2, judge=THINK), key=seed)
     accepted_draft = int(np.argmax(np.asarray(res.calls.accepted[0, :4])))
@@ -287,6 +288,7 @@ def test_rsa_prune_keeps_only_top_ranked_parents(seed):
     assert int((judge & (np.asarray(res.calls.in_tokens[0]) > 0)).sum()) == host.calls
 
 
+@pytest.mark.slow
 def test_pdr_pairwise_v1_forwards_tournament_top_k():
     spec = PDR((4, 1), "shared_topk", 2, "pairwise_v1", 8, 16, 32, 8, judge=THINK)
     res = run(spec)
@@ -313,6 +315,7 @@ def test_harness_builds_v1_specs_from_config_entries():
     assert rsa.final == "majority" and "rsa(N=4,K=2,T=1" in rsa.label
 
 
+@pytest.mark.slow
 def test_tournament_budget_never_exceeded_in_graph():
     for m, n in ((1, 3), (3, 5)):
         res = run(BestOfN(n, "pairwise_v1", 16, 32, 8, Judge(max_new_tokens=64, budget_multiple=m)))
