@@ -284,6 +284,7 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
     from prd_jax.backends import estimate, for_eval
     from prd_jax.backends.config import BackendConfig, with_backend
     from prd_jax.config_io import apply_overrides, load_config
+    from prd_jax.eval_config import EvalConfig
     from prd_jax.evaluate import _context, eval_sampling, eval_task
 
     config = load_config(args.config)
@@ -293,10 +294,11 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
         if backend.remote:  # an API run: requests, tokens and cost; there is nothing to compile
             if not args.estimate:
                 raise ValueError("config.backend.kind='openai': nothing runs on a pod; use --estimate")
-            _, tok = for_eval.eval_lm(config, backend.replace_key_env(), None, progress=False)
+            ec = EvalConfig.from_config(config)
+            _, tok = for_eval.eval_lm(ec, backend.replace_key_env(), None, progress=False)
             task = eval_task(config)
             templates = config.get("templates") or task.templates
-            sampling = eval_sampling(config, tok.stop_ids)
+            sampling = eval_sampling(ec, tok.stop_ids)
             rows = estimate.remote_estimates(config, tok, backend, lambda s: _context(
                 tok, sampling, s.kappa, s.k_max, templates, task))
             print(estimate.remote_table(rows, backend))

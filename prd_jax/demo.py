@@ -22,6 +22,7 @@ from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.data import synthetic
 from prd_jax.evaluate import build_spec, evaluate, markdown_table, pareto_plot, row_budgets
 from prd_jax.model.config import NAMED_CONFIGS
+from prd_jax.sampling import Sampling
 from prd_jax.train.run import train
 from prd_jax.train.setup import synthetic_rows
 
@@ -173,7 +174,7 @@ def eval_config(demo, templates: str = "compact"):
     c = ml_collections.ConfigDict()
     c.dataset, c.task, c.model, c.seed = "synthetic", demo.task, "tiny", demo.seed
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
-    c.temperature, c.top_p, c.top_k = demo.eval_temperature, 1.0, 0
+    c.sampling = Sampling(temperature=demo.eval_temperature, top_p=1.0, top_k=0).to_config()
     c.max_problem_tokens = 96
     c.templates = templates  # the prompt set the models were trained on
     c.operators = list(eval_operators(demo).values())

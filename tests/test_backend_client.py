@@ -135,9 +135,7 @@ def get_config(arg=None):
     c.k_samples = 2
     c.batch_size = 3
     c.seed = 0
-    c.temperature = 1.0
-    c.top_p = 1.0
-    c.top_k = 0
+    c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0, top_k=0))
     c.max_problem_tokens = 192
     c.operators = [dict(type="long_cot", max_new_tokens=64),
                    dict(type="pdr", schedule=(2, 1), distill="shared_topk", k=2, selector="random",

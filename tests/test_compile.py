@@ -46,10 +46,10 @@ def test_targets_parse_and_refuse():
 
 
 def test_failure_message_names_program_excess_and_knob():
-    row = Row("pdr.draft", 10e9, 100e9, 1e9, 0.0, 95e9, None, 1.0, 1.0, 0.0, "", "rl.max_rows_per_call")
+    row = Row("pdr.draft", 10e9, 100e9, 1e9, 0.0, 95e9, None, 1.0, 1.0, 0.0, "", "sampling.max_rows")
     assert not row.fits and row.bytes_per_device == 111e9
     (msg,) = failures([row])
-    assert "pdr.draft" in msg and "over by 16.00 GB" in msg and "config.rl.max_rows_per_call" in msg
+    assert "pdr.draft" in msg and "over by 16.00 GB" in msg and "config.sampling.max_rows" in msg
     doc = as_json("cfg.py:arg", parse_target("v5p:2x2x4"), [row])
     assert doc["fits"] is False and doc["programs"][0]["bytes_per_device"] == int(111e9)
     assert set(doc) == {"config", "topology", "programs", "fits"}
@@ -102,7 +102,7 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
     assert calls["judge.pointwise"].prompt_len == stated(r"Judge prompt: (\d+) tokens")
     assert calls["judge.pointwise"].prompts == 512 * 4  # one rating call per draft
     # the forced-rating read runs over every judge row, chunked like the sampler
-    assert calls["judge.rating.logits"].scfg.max_rows == stage.rl.max_rows_per_call
+    assert calls["judge.rating.logits"].scfg.max_rows == stage.rl.sampling.max_rows
     assert refine_row == stated(r"training row is (\d+) wide")
     assert stage.width == stated(r"under the standard rows' (\d+)") == 10240 + 16384 - 1
 

@@ -49,8 +49,10 @@ def test_build_spec_and_overrides_validate():
         build_spec({"type": "bon"})
     with pytest.raises(ValueError, match="unknown fields \\['rounds'\\]"):
         build_spec({"type": "long_cot", "rounds": 2})
-    config = apply_overrides(load_config(CONFIG), ["--config.num_problems=3", "--config.temperature=0"])
-    assert config.num_problems == 3 and config.temperature == 0.0
+    config = apply_overrides(load_config(CONFIG), ["--config.num_problems=3", "--config.sampling.temperature=0"])
+    assert config.num_problems == 3 and config.sampling.temperature == 0.0
+    with pytest.raises(ValueError, match="config.temperature moved to config.sampling.temperature"):
+        apply_overrides(config, ["--config.temperature=0"])
     with pytest.raises(ValueError, match="no field 'num_problem'"):
         apply_overrides(config, ["--config.num_problem=3"])
     with pytest.raises(ValueError, match="expected int"):
@@ -66,20 +68,23 @@ def smollm2():
 
 def test_eval_sampling_carries_the_sampler_cost_keys():
     """eval's and `prd-jax compile`'s operator calls share one `Sampling` (`eval_sampling`):
-    the cost keys reach every call's `SamplingConfig`; absent keys keep the library defaults."""
+    the cost keys of `config.sampling` reach every call's `SamplingConfig`; the file's
+    defaults are the library's."""
+    from prd_jax.eval_config import EvalConfig
     from prd_jax.evaluate import eval_sampling
     from prd_jax.operators.calls import sampling_config
 
-    config = ml_collections.ConfigDict(dict(temperature=0.6, top_p=0.95, top_k=20, max_rows_per_call=64,
-                                            compact_min_rows=8, compact_ratio=0.75, prefill_groups=4,
-                                            cache_window=64))
-    s = eval_sampling(config, [2, 7])
+    config = apply_overrides(load_config(CONFIG), [
+        "--config.sampling.temperature=0.6", "--config.sampling.top_p=0.95", "--config.sampling.top_k=20",
+        "--config.sampling.max_rows=64", "--config.sampling.compact_min_rows=8", "--config.sampling.compact_ratio=0.75",
+        "--config.sampling.prefill_groups=4", "--config.sampling.cache_window=64"])
+    s = eval_sampling(EvalConfig.from_config(config), [2, 7])
     assert (s.temperature, s.top_p, s.top_k, s.stop_ids) == (0.6, 0.95, 20, (2, 7))
     knobs = lambda x: (x.max_rows, x.compact_min_rows, x.compact_ratio, x.prefill_groups, x.cache_window)  # noqa: E731
     assert knobs(s) == (64, 8, 0.75, 4, 64)
     scfg = sampling_config(type("Ctx", (), {"sampling": s})(), 32, num_samples=4)
     assert knobs(scfg) == (64, 8, 0.75, 4, 64)
-    bare = eval_sampling(ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0)), [2])
+    bare = eval_sampling(EvalConfig.from_config(load_config(CONFIG)), [2])
     assert knobs(bare) == (0, 0, 0.5, 0, 0)
 
 
@@ -87,7 +92,7 @@ def test_eval_sampling_carries_the_sampler_cost_keys():
 def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
     config = load_config(CONFIG)
     config.num_problems = 3
-    config.temperature = 0.0
+    config.sampling.temperature = 0.0
     config.batch_size = 4
     config.operators = [
         dict(type="long_cot", max_new_tokens=24),
@@ -131,14 +136,15 @@ def test_end_to_end_gsm8k_with_resume(tmp_path, smollm2):
 
 
 def test_rerun_with_other_sampling_settings_is_refused(tmp_path):
+    from prd_jax.eval_config import EvalConfig
     from prd_jax.evaluate import check_settings
 
     config = load_config(CONFIG)
-    check_settings(config, str(tmp_path))
-    check_settings(config, str(tmp_path))  # same settings: fine
-    config.temperature = 0.5
+    check_settings(EvalConfig.from_config(config), str(tmp_path))
+    check_settings(EvalConfig.from_config(config), str(tmp_path))  # same settings: fine
+    config.sampling.temperature = 0.5
     with pytest.raises(ValueError, match="temperature.*1.0.*0.5.*Use a new workdir"):
-        check_settings(config, str(tmp_path))
+        check_settings(EvalConfig.from_config(config), str(tmp_path))
 
 
 @pytest.mark.slow
@@ -155,8 +161,8 @@ def test_checkpoints_sharing_a_tokenizer_compile_each_operator_once(tmp_path):
     cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=1024)
     vocab = synthetic.CharVocab()
     config = ml_collections.ConfigDict(dict(
-        dataset="synthetic", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2, temperature=1.0,
-        top_p=1.0, top_k=0, max_problem_tokens=64, templates="compact",
+        dataset="synthetic", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2,
+        sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
         operators=[dict(type="long_cot", max_new_tokens=4), dict(type="sr", rounds=1, max_new_tokens=4)]))
     rows = synthetic.generate(2, 0, 1)
     sizes = [_JITTED._cache_size()]

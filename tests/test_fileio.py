@@ -86,14 +86,15 @@ def tiny_eval():
     model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)),
                                   tokenizer=synthetic.CharVocab(), mesh=None)
     config = ml_collections.ConfigDict(dict(
-        dataset="synthetic", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2, temperature=1.0,
-        top_p=1.0, top_k=0, max_problem_tokens=64, templates="compact",
+        dataset="synthetic", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
+        sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
         operators=[dict(type="long_cot", max_new_tokens=4)]))
     return config, model, synthetic.generate(2, 0, 1)
 
 
 @pytest.mark.slow
 def test_eval_files_equal_on_both_filesystems(tmp_path, tiny_eval):
+    from prd_jax.eval_config import EvalConfig
     from prd_jax.evaluate import check_settings, evaluate
 
     config, model, rows = tiny_eval
@@ -109,6 +110,6 @@ def test_eval_files_equal_on_both_filesystems(tmp_path, tiny_eval):
             assert f.read(4) == b"\x89PNG"
     assert files["ram"] == files["local"]
     assert len(files["ram"]["results.jsonl"].splitlines()) == 4  # 2 problems x 2 samples, not rewritten
-    other = ml_collections.ConfigDict(dict(config.to_dict(), temperature=0.5))
+    other = ml_collections.ConfigDict(dict(config.to_dict(), sampling=dict(temperature=0.5)))
     with pytest.raises(ValueError, match="other settings.*temperature"):
-        check_settings(other, roots["ram"])
+        check_settings(EvalConfig.from_config(other), roots["ram"])

@@ -118,13 +118,13 @@ def test_drafts_and_refine_get_their_own_rows(sft_workdir, spread_reward):
 
 @pytest.mark.slow
 def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
-    """`rl.compact_min_rows` reaches the standard rollouts and every operator call (PDR §3.3
+    """`sampling.compact_min_rows` reaches the standard rollouts and every operator call (PDR §3.3
     rows) and leaves each training row as the static sampler gives it (issue 16 §3)."""
     static, params, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5"])
     compact, _, _ = stage_for("tiny_pdr", sft_workdir, ["--config.rl.operator_fraction=0.5",
-                                                         "--config.rl.compact_min_rows=2",
-                                                         "--config.rl.compact_ratio=0.75",
-                                                         "--config.rl.cache_window=16"])
+                                                         "--config.sampling.compact_min_rows=2",
+                                                         "--config.sampling.compact_ratio=0.75",
+                                                         "--config.sampling.cache_window=16"])
     assert compact.operator.ctx.sampling.compact_min_rows == 2 and static.operator.ctx.sampling.compact_min_rows == 0
     assert compact.operator.ctx.sampling.compact_ratio == 0.75 == compact.rl.sampler_config(8, 2, (1,)).compact_ratio
     assert compact.operator.ctx.sampling.cache_window == 16 == compact.rl.sampler_config(8, 2, (1,)).cache_window
@@ -133,12 +133,12 @@ def test_rollout_compaction_changes_no_training_row(sft_workdir, spread_reward):
     for key in ("inputs", "targets", "weights", "segment_ids"):
         np.testing.assert_array_equal(b[key], a[key])
     np.testing.assert_allclose(b["old_logp"], a["old_logp"], atol=1e-5)  # fp32 rounding of smaller batches
-    with pytest.raises(ValueError, match="compact_min_rows"):
-        stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_min_rows=-1"])
-    with pytest.raises(ValueError, match="compact_ratio"):
-        stage_for("tiny_pdr", sft_workdir, ["--config.rl.compact_ratio=1.0"])
-    with pytest.raises(ValueError, match="cache_window"):
-        stage_for("tiny_pdr", sft_workdir, ["--config.rl.cache_window=-1"])
+    with pytest.raises(ValueError, match="sampling.compact_min_rows=-1"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.sampling.compact_min_rows=-1"])
+    with pytest.raises(ValueError, match="sampling.compact_ratio=1.0"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.sampling.compact_ratio=1.0"])
+    with pytest.raises(ValueError, match="sampling.cache_window=-1"):
+        stage_for("tiny_pdr", sft_workdir, ["--config.sampling.cache_window=-1"])
 
 
 @pytest.mark.slow

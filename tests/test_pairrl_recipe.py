@@ -317,8 +317,8 @@ def test_v1_4b_configs(arg):
         assert batch_rows(rl) % c.grad_accum_steps == 0
     base, pair = rls["qwen3_4b_rl_baseline"], rls["qwen3_4b_pairrl"]
     assert base.verifier == "none" and batch_rows(base) == 64 * 8
-    generator = ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens", "temperature",
-                 "top_p", "advantage", "loss", "eps_low", "eps_high", "aggregation", "kl_coef", "aux_sft_coef",
+    generator = ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens", "sampling",
+                 "advantage", "loss", "eps_low", "eps_high", "aggregation", "kl_coef", "aux_sft_coef",
                  "minibatches", "updates_per_batch")
     assert all(getattr(base, f) == getattr(pair, f) for f in generator)  # the same generator objective
     assert cs["qwen3_4b_rl_baseline"].optim.to_dict() == cs["qwen3_4b_pairrl"].optim.to_dict()

@@ -43,7 +43,7 @@ def test_pdr_rl_workspace_is_model_ranked(name, arg):
     assert (op.schedule, op.distill, op.k) == ((4, 1), "shared_topk", 2)
     assert 0 < op.judge.max_new_tokens <= 1024  # a modest judge budget (stated in the docstring)
     # the pod fit knobs stay as they were
-    assert (c.rl.max_rows_per_call, c.rl.max_problem_tokens) == ({"v5p-128": 256, "8xh200": 32}[arg], 1024)
+    assert (c.sampling.max_rows, c.rl.max_problem_tokens) == ({"v5p-128": 256, "8xh200": 32}[arg], 1024)
     assert c.target == {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}[arg]
 
 

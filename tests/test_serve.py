@@ -122,7 +122,7 @@ def test_official_openai_client(server):
 
 def _config(server, api: str, problems: int = 2, operators=OPERATORS):
     c = with_backend(load_config(GSM8K))
-    c.num_problems, c.batch_size, c.temperature = problems, problems, 0.0
+    c.num_problems, c.batch_size, c.sampling.temperature = problems, problems, 0.0
     c.operators = operators
     if api:
         c.backend.update(dict(kind="openai", base_url=server + "/v1", model=NAME, api=api, api_key_env="",

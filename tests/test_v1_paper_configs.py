@@ -48,7 +48,7 @@ def _check_common(config, bench):
     """Paper settings every V1 config shares, read off the built specs."""
     code = bench in CODE
     assert config.task == bench and get_task(config.task).name == bench
-    assert (config.temperature, config.top_p) == ((0.6 if code else 1.0), 0.95)  # V1 §4
+    assert (config.sampling.temperature, config.sampling.top_p) == ((0.6 if code else 1.0), 0.95)  # V1 §4
     for spec in _specs(config):
         if spec.__class__.__name__ == "BestOfN":
             assert spec.n == 16
@@ -107,7 +107,7 @@ def test_qwen3_4b_pairwise_and_pointwise_match_at_64_calls(bench):
     assert _calls(pair) == _calls(point) == 64
     assert sorted(_calls(s) for s in specs[2:]) == [32, 32]  # the unmatched references
     temperature = 0.6 if bench in CODE else 1.0
-    assert (config.temperature, config.top_p, config.task) == (temperature, 0.95, bench)
+    assert (config.sampling.temperature, config.sampling.top_p, config.task) == (temperature, 0.95, bench)
 
 
 def test_lcb_v6_against_rsa_uses_48_verification_calls():

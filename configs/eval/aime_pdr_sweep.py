@@ -37,6 +37,7 @@ floor).
 import ml_collections
 
 from prd_jax.operators.specs import with_thinking
+from prd_jax.sampling import Sampling
 
 
 ARGS = ("v5p-128", "8xh200")
@@ -55,16 +56,14 @@ def get_config(arg=None):
     c.dtype = "bfloat16"
     c.mesh = MESHES[arg]
     c.target = TARGETS[arg]
-    c.max_rows_per_call = 256 if arg == "v5p-128" else 32  # decode rows in flight per call
     c.dataset = "aime2024"
     c.data_dir = ""
     c.num_problems = 30
     c.k_samples = 16
     c.batch_size = BATCH[arg]
     c.seed = 0
-    c.temperature = 1.0
-    c.top_p = 1.0
-    c.top_k = 0
+    c.sampling = Sampling(temperature=1.0, top_p=1.0, top_k=0,
+                          max_rows=256 if arg == "v5p-128" else 32).to_config()  # decode rows in flight per call
     c.max_problem_tokens = 1024
     ops = []
     for budget in (8192, 16384, 24576):

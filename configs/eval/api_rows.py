@@ -39,6 +39,8 @@ import os
 
 import ml_collections
 
+from prd_jax.sampling import Sampling
+
 ARGS = ()  # a helper documents no arg: there is nothing to load here
 YEARS = ("aime2024", "aime2025")
 
@@ -126,9 +128,7 @@ def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict
     c.k_samples = 16  # mean@16 (paper); --config.k_samples=4 for a cheaper first pass
     c.batch_size = 10  # problems per operator run; their requests go out together (max_concurrency)
     c.seed = 0
-    c.temperature = 1.0
-    c.top_p = 1.0
-    c.top_k = 0
+    c.sampling = Sampling(temperature=1.0, top_p=1.0, top_k=0).to_config()
     c.max_problem_tokens = 1024
     c.backend = ml_collections.ConfigDict(dict(p["backend"]))
     c.operators = ROWS[row](p["max_call"])

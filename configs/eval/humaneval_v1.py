@@ -23,6 +23,7 @@ code sampling T = 0.6, top-p 0.95 (V1 §4); for accelerators:
 import ml_collections
 
 from prd_jax.operators.specs import with_thinking
+from prd_jax.sampling import Sampling
 
 PAPER_MODELS = ("qwen3-4b-instruct-2507", "qwen3-4b", "qwen3-8b")
 
@@ -42,14 +43,12 @@ def get_config(arg=None):
     c.data_dir = ""
     if not cpu:
         c.dtype = "bfloat16"
-        c.max_rows_per_call = 64
     c.num_problems = 4 if cpu else 164
     c.k_samples = 1 if cpu else 4
     c.batch_size = 2 if cpu else 8
     c.seed = 0
-    c.temperature = 0.6  # V1 §4: code at T = 0.6, top-p 0.95
-    c.top_p = 0.95
-    c.top_k = 0
+    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0,  # V1 §4: code at T = 0.6, top-p 0.95
+                          max_rows=0 if cpu else 64).to_config()
     c.max_problem_tokens = 384 if cpu else 2048
     n = 2 if cpu else 16
     gen = 48 if cpu else 8192

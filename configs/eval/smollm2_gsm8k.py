@@ -12,6 +12,8 @@ this slice at these budgets for all three operators (mean B_seq / B_total: long_
 
 import ml_collections
 
+from prd_jax.sampling import Sampling
+
 
 def get_config(arg=None):
     c = ml_collections.ConfigDict()
@@ -23,9 +25,7 @@ def get_config(arg=None):
     c.k_samples = 1
     c.batch_size = 4
     c.seed = 0
-    c.temperature = 1.0
-    c.top_p = 1.0
-    c.top_k = 0
+    c.sampling = Sampling(temperature=1.0, top_p=1.0, top_k=0).to_config()
     c.max_problem_tokens = 192
     budget = 96
     c.operators = [

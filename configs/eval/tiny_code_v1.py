@@ -23,6 +23,8 @@ import os
 
 import ml_collections
 
+from prd_jax.sampling import Sampling
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -41,9 +43,7 @@ def get_config(arg=None):
     c.k_samples = 1
     c.batch_size = 2
     c.seed = 0
-    c.temperature = 0.6  # V1 §4: code at T = 0.6, top-p 0.95
-    c.top_p = 0.95
-    c.top_k = 0
+    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0).to_config()  # V1 §4: code at T = 0.6, top-p 0.95
     c.max_problem_tokens = 256
     gen = 160
     common = dict(type="best_of_n", n=2, max_new_tokens=gen, candidate_max_tokens=gen, truncation_head=gen // 4)

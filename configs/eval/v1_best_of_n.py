@@ -29,6 +29,7 @@ RSA+prune at 1/2.
 import ml_collections
 
 from prd_jax.operators.specs import with_thinking
+from prd_jax.sampling import Sampling
 
 
 ARGS = ("smoke", "v5p-128", "8xh200")
@@ -47,16 +48,14 @@ def get_config(arg=None):
     if arg in TARGETS:
         c.target = TARGETS[arg]
         c.dtype = "bfloat16"
-        c.max_rows_per_call = 256 if arg == "v5p-128" else 32
     c.dataset = "gsm8k_test" if smoke else "aime2024"
     c.data_dir = ""
     c.num_problems = 2 if smoke else 30
     c.k_samples = 1 if smoke else 4
     c.batch_size = 2 if smoke else (16 if arg == "v5p-128" else 8)
     c.seed = 0
-    c.temperature = 1.0
-    c.top_p = 0.95
-    c.top_k = 0
+    c.sampling = Sampling(temperature=1.0, top_p=0.95, top_k=0,
+                          max_rows=(256 if arg == "v5p-128" else 32) if arg in TARGETS else 0).to_config()
     c.max_problem_tokens = 192 if smoke else 1024
     n = 4 if smoke else 16
     gen = 48 if smoke else 16384

@@ -41,6 +41,8 @@ import os
 
 import ml_collections
 
+from prd_jax.sampling import Sampling
+
 ARGS = ()  # a helper documents no arg
 N = 16  # V1 §4: candidates per problem
 BUDGETS = (1, 2, 3)  # V1 §4: pairwise judge calls per candidate (B = m N)
@@ -61,8 +63,8 @@ MODELS = {  # named config, served name, env variable naming the HF checkpoint d
     "qwen3-4b-instruct-2507": dict(served="Qwen/Qwen3-4B-Instruct-2507", env="QWEN3_4B_DIR"),
 }
 PODS = {  # in-graph backends: mesh, compile target, problems per batch, rows per model call
-    "v5p-128": dict(mesh="data=1,fsdp=16,tensor=4", target="v5p:4x4x4", batch_size=16, max_rows_per_call=256),
-    "8xh200": dict(mesh="fsdp=2,tensor=4", target="h200:8", batch_size=8, max_rows_per_call=32),
+    "v5p-128": dict(mesh="data=1,fsdp=16,tensor=4", target="v5p:4x4x4", batch_size=16, max_rows=256),
+    "8xh200": dict(mesh="fsdp=2,tensor=4", target="h200:8", batch_size=8, max_rows=32),
 }
 BACKENDS = ("remote",) + tuple(PODS)
 
@@ -119,9 +121,7 @@ def config(model: str, operators: list, bench: str, backend: str, k_samples: int
     c.num_problems = b["num_problems"]
     c.k_samples = k_samples
     c.seed = 0
-    c.temperature = b["temperature"]
-    c.top_p = TOP_P
-    c.top_k = 0
+    c.sampling = Sampling(temperature=b["temperature"], top_p=TOP_P, top_k=0).to_config()
     c.max_problem_tokens = d["max_problem_tokens"]
     if backend == "remote":
         c.batch_size = 10
@@ -132,7 +132,7 @@ def config(model: str, operators: list, bench: str, backend: str, k_samples: int
         pod = PODS[backend]
         c.mesh, c.target = pod["mesh"], pod["target"]
         c.dtype = "bfloat16"
-        c.batch_size, c.max_rows_per_call = pod["batch_size"], pod["max_rows_per_call"]
+        c.batch_size, c.sampling.max_rows = pod["batch_size"], pod["max_rows"]
     c.operators = operators
     return c
 

@@ -66,6 +66,7 @@ import os
 import ml_collections
 
 from prd_jax.config_io import load_config
+from prd_jax.sampling import Sampling
 
 ARGS = ("v5p-128", "8xh200")
 SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "qwen3_8b.py")
@@ -95,16 +96,18 @@ def get_config(arg=None):
         mixture="", module=""))  # or a registered seqio task/mixture (docs/extending.md, "Training data of your own")
     c.rl = ml_collections.ConfigDict(dict(
         prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
-        max_problem_tokens=1024, max_rows_per_call=MAX_ROWS[arg],
+        max_problem_tokens=1024, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
+        cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
+        aux_sft_normaliser="correct_token_mean", updates_per_batch=1))
+    c.sampling = Sampling(
+        temperature=1.0, top_p=1.0,
+        max_rows=MAX_ROWS[arg],  # decode rows in flight per sampler call
         # rollout lengths spread up to 16k: each call's decode batch halves (per batch shard) as rows
         # finish, down to a quarter (sampling._decode_unrolled)
         compact_min_rows=MAX_ROWS[arg] // 4,
         # > 0: the first decode phase's cache grows this many slots at a time (sampling.cache_windows);
         # off here: the fit tables were compiled without it (docs/results/2026-12-01-rollout-throughput.md)
-        cache_window=0,
-        temperature=1.0, top_p=1.0, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
-        cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
-        aux_sft_normaliser="correct_token_mean", updates_per_batch=1))
+        cache_window=0).to_config()
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
     c.grad_accum_steps = GRAD_ACCUM[arg]
     c.optim = ml_collections.ConfigDict(dict(

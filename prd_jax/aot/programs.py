@@ -25,7 +25,8 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
-from prd_jax.evaluate import _context, build_spec, eval_sampling, model_overrides
+from prd_jax.eval_config import EvalConfig
+from prd_jax.evaluate import _context, build_spec, eval_sampling
 from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.decoder import param_shapes
@@ -154,7 +155,7 @@ def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shap
     secs = sum(E.sampler_seconds(cfg, s, m, chip) for s in shapes)
     kv = max([E.kv_cache_bytes_per_device(cfg, s, m) for s in shapes] or [0.0])
     return Program(name, lower, flops, secs, E.params_bytes_per_device(cfg, m) + kv,
-                   f"{len(calls)} model calls on {b} problems of width {w}", "max_rows_per_call")
+                   f"{len(calls)} model calls on {b} problems of width {w}", "sampling.max_rows")
 
 
 def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
@@ -223,7 +224,7 @@ def model_config(config) -> ModelConfig:
     """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
     if isinstance(config.get("model"), str):  # eval config: as `evaluate` loads it
 
-        name, over = config.model, model_overrides(config)
+        name, over = config.model, EvalConfig.from_config(config).model_overrides()
     else:
         name = config.model.name
         o = config.model.get("overrides", None)
@@ -246,14 +247,14 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
     if stage.num_standard:
         scfg = rl.sampler_config(rl.max_new_tokens, rl.samples_per_prompt, tokenizer.stop_ids)
         call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)
-        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
+        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "sampling.max_rows"))
     if stage.operator:
         op = stage.operator
         shape = (stage.num_operator * rl.samples_per_prompt, rl.problem_tokens)
         calls = operator_calls(cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id)
         name = f"operator_rl.{operator_for(op.spec).name}_round"  # the registered name: pdr_round, ...
         progs.append(operator_program(name, cfg, mesh, op.spec, op.ctx, shape, tokenizer.pad_id, calls, chip))
-        progs += call_programs(cfg, mesh, calls, chip, tokenizer.pad_id, "rl.max_rows_per_call")
+        progs += call_programs(cfg, mesh, calls, chip, tokenizer.pad_id, "sampling.max_rows")
     if stage.verifier:
         v = stage.verifier
         c = rl.verifier_candidate_max_tokens
@@ -263,7 +264,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
 
         scfg = rl.sampler_config(rl.verifier_max_new_tokens, 1, tokenizer.stop_ids)
         call = SamplerCall(f"verifier.{rl.verifier}", v.rows, prompts.shape[1], scfg)
-        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "rl.max_rows_per_call"))
+        progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "sampling.max_rows"))
     return progs
 
 
@@ -317,7 +318,8 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
 
 def _eval_context(config, tokenizer, spec):
     """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    return _context(tokenizer, eval_sampling(config, tokenizer.stop_ids), spec.kappa, spec.k_max,
+    sampling = eval_sampling(EvalConfig.from_config(config), tokenizer.stop_ids)
+    return _context(tokenizer, sampling, spec.kappa, spec.k_max,
                     config.get("templates", "default"))
 
 
@@ -341,5 +343,5 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
             progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id,
                                           calls, chip))
         all_calls += calls
-    progs += call_programs(cfg, mesh, all_calls, chip, tokenizer.pad_id, "max_rows_per_call")
+    progs += call_programs(cfg, mesh, all_calls, chip, tokenizer.pad_id, "sampling.max_rows")
     return progs

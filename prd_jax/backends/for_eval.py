@@ -29,12 +29,12 @@ def local_tokenizer(name: str, path: Optional[str] = None) -> Tokenizer:
 
 
 def eval_lm(config, backend: BackendConfig, workdir: str, progress: bool):
-    """(RemoteLM, tokenizer for the operator contexts) of an eval config with a remote backend.
+    """(RemoteLM, tokenizer for the operator contexts) of an eval config (`EvalConfig`) with a remote backend.
     `config.enable_thinking` (when set) renders the local template in token mode and is
     sent as `chat_template_kwargs` in chat mode."""
     name = backend.tokenizer or (config.model if isinstance(config.model, str) else "")
-    tok = local_tokenizer(name, None if backend.tokenizer else (config.get("model_path") or None))
-    thinking = config.get("enable_thinking")
+    tok = local_tokenizer(name, None if backend.tokenizer else (config.model_path or None))
+    thinking = config.enable_thinking
     kwargs = None
     if thinking is not None:
         if backend.api == "chat":

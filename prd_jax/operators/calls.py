@@ -30,10 +30,8 @@ def sampling_config(ctx, max_new: int, num_samples: int = 1, think: int = 0) -> 
     if think and not ctx.think_end:
         raise ValueError(f"think_budget={think}: this tokenizer has no end-of-thinking marker (`</think>`); "
                          "allowed: think_budget=0")
-    return SamplingConfig(max_new, s.temperature, s.top_p, s.top_k, num_samples, s.stop_ids,
-                          max(s.max_rows, num_samples) if s.max_rows else 0, compact_min_rows=s.compact_min_rows,
-                          prefill_groups=s.prefill_groups, compact_ratio=s.compact_ratio, cache_window=s.cache_window,
-                          think_budget=think, think_end=tuple(ctx.think_end) if think else ())
+    return SamplingConfig.of(s, max_new, num_samples=num_samples, max_rows=max(s.max_rows, num_samples) if s.max_rows else 0,
+                             think_budget=think, think_end=tuple(ctx.think_end) if think else ())
 
 
 def fill(tpl, rows: int, fills: dict) -> list:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple
 
+from prd_jax.sampling import Sampling  # noqa: F401  (the one sampling config; operators' context carries it)
+
 DISTILL_VARIANTS = ("global_summary", "shared_topk", "per_sample_topk", "random_k")
 
 # One selector vocabulary for every operator: each name means one thing wherever it is used.
@@ -118,23 +120,6 @@ def _positive(obj, *fields):
     for f in fields:
         if getattr(obj, f) < 1:
             raise ValueError(f"{type(obj).__name__}.{f}={getattr(obj, f)}; must be >= 1")
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """Per-call sampling shared by every call of an operator (paper: T=1.0, top-p 1.0)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop_ids: tuple = ()
-    max_rows: int = 0  # most decode rows in flight per call (sampling.SamplingConfig.max_rows); 0 = all
-    # > 0: every call compacts its finished rows, down to this many (SamplingConfig.compact_min_rows)
-    compact_min_rows: int = 0
-    # > 1: prefill length-sorted row groups over their own slot windows (SamplingConfig.prefill_groups)
-    prefill_groups: int = 0
-    compact_ratio: float = 0.5  # each compaction phase's rows / the previous phase's (SamplingConfig)
-    cache_window: int = 0  # > 0: the first decode phase's cache grows this many slots at a time (SamplingConfig)
 
 
 def _check_bool(obj, *fields):

@@ -113,7 +113,7 @@ class OperatorRollouts:
         self.num_problems, self.g = num_problems, rl.samples_per_prompt
         # the grader (oracle selectors, PDR §4.1 and App. D.1) and majority grouper are the task's (tasks.grading);
         # `rows` are the run's problems, which a code task's grader looks up by task id
-        self.ctx = make_context(tokenizer, rl.sampling(tokenizer.stop_ids),
+        self.ctx = make_context(tokenizer, rl.call_sampling(tokenizer.stop_ids),
                                 grader=TaskGrader(task, tokenizer, rows), grouper=TaskGrouper(task, tokenizer),
                                 k_max=spec.k_max, kappa=spec.kappa, trace=True, templates=rl.templates)
         last = len(spec.round_sizes()) - 1
@@ -183,7 +183,7 @@ class VerifierRollouts:
         self.g = rl.samples_per_prompt
         self.per_prompt = verifier_rows_per_prompt(rl)
         self.rows = num_prompts * self.per_prompt
-        ctx = make_context(tokenizer, rl.sampling(tokenizer.stop_ids), k_max=1,
+        ctx = make_context(tokenizer, rl.call_sampling(tokenizer.stop_ids), k_max=1,
                            templates=rl.templates)
         # the template set's judge roles (V1 §5): the task's set (`rl.templates`) holds its own wording
         self.template = ctx.templates["pairwise" if self.pairwise else "pointwise"]

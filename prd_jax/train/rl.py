@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import prompts as P
+from prd_jax.config_io import MOVED, check_moved
 from prd_jax.host import to_host
 from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
@@ -74,8 +75,6 @@ class RLConfig:
     samples_per_prompt: int = 8
     max_prompt_tokens: int = 128
     max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
     advantage: str = "grpo"
     loss: str = "cispo"
     eps_low: float = 0.2
@@ -104,33 +103,28 @@ class RLConfig:
     seed_offset: int = 0
     code_reward: str = "fraction"  # code tasks: "fraction" of tests passed or "all_pass" (1 when all pass)
     templates: str = "default"  # prompt set (prompts.TEMPLATE_SETS) of rollouts and judges
-    # memory bounds (issue: rollouts must fit the pod): decode rows in flight per sampler call
-    # (0 = all rows at once), and the width of a problem quoted in operator / verifier prompts
-    # (0 = max_prompt_tokens). Standard rollout prompts are max_prompt_tokens wide.
-    max_rows_per_call: int = 0
+    # the width of a problem quoted in operator / verifier prompts (0 = max_prompt_tokens);
+    # standard rollout prompts are max_prompt_tokens wide
     max_problem_tokens: int = 0
-    # > 0: rollout, operator and verifier calls compact their finished rows (B -> B * ratio -> ...
-    # down to this many; `sampling.SamplingConfig.compact_min_rows` and `compact_ratio`): same
-    # tokens, cost follows live rows
-    compact_min_rows: int = 0
-    compact_ratio: float = 0.5
-    # > 0: those calls' first decode phase grows its cache this many slots at a time
-    # (`SamplingConfig.cache_window`): same tokens, a step reads the slots written so far
-    cache_window: int = 0
+    # how rollout, operator and verifier calls sample, and their memory bounds (`max_rows`:
+    # decode rows in flight per call): `config.sampling`, the one sampling config
+    sampling: Sampling = Sampling()
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
                   "updates_per_batch", "minibatches"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
-        for f in ("max_rows_per_call", "max_problem_tokens", "compact_min_rows", "cache_window"):
-            if getattr(self, f) < 0:
-                raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 0 (0 = no separate bound)")
-        if not 0.0 < self.compact_ratio < 1.0:
-            raise ValueError(f"config.rl.compact_ratio={self.compact_ratio}; allowed range (0, 1) (0.5 = halve)")
-        if self.max_rows_per_call and self.max_rows_per_call < self.samples_per_prompt:
-            raise ValueError(f"config.rl.max_rows_per_call={self.max_rows_per_call}; must be 0 or >= "
-                             f"samples_per_prompt={self.samples_per_prompt} (a prompt's samples decode together)")
+        if self.max_problem_tokens < 0:
+            raise ValueError(f"config.rl.max_problem_tokens={self.max_problem_tokens}; must be >= 0 "
+                             "(0 = max_prompt_tokens)")
+        if not isinstance(self.sampling, Sampling):
+            object.__setattr__(self, "sampling", Sampling.from_config(self.sampling))
+        self.sampling.check_in_graph()
+        if self.sampling.max_rows and self.sampling.max_rows < self.samples_per_prompt:
+            raise ValueError(f"config.sampling.max_rows={self.sampling.max_rows}; must be 0 or >= "
+                             f"config.rl.samples_per_prompt={self.samples_per_prompt} (a prompt's samples "
+                             "decode together)")
         if self.advantage not in adv_lib.KINDS:
             raise ValueError(f"config.rl.advantage={self.advantage!r}; allowed: {adv_lib.KINDS}")
         # The allowed values are the tables of `losses` (one place to add a loss or aggregation).
@@ -182,20 +176,24 @@ class RLConfig:
         """Width of a problem quoted inside operator and verifier prompts."""
         return self.max_problem_tokens or self.max_prompt_tokens
 
-    def sampling(self, stop_ids) -> Sampling:
-        """The operator context's sampling for operator-RL rounds (policy T, top-p; no top-k)."""
-        return Sampling(self.temperature, self.top_p, 0, tuple(stop_ids), self.max_rows_per_call,
-                        self.compact_min_rows, compact_ratio=self.compact_ratio, cache_window=self.cache_window)
+    def call_sampling(self, stop_ids) -> Sampling:
+        """The operator context's sampling for operator-RL rounds: `sampling` with the tokenizer's stop ids."""
+        return dataclasses.replace(self.sampling, stop_ids=tuple(stop_ids))
 
     def sampler_config(self, max_new: int, num_samples: int, stop_ids) -> SamplingConfig:
-        """A standard rollout's or verifier call's sampler settings (row cap, compaction)."""
-        return SamplingConfig(max_new, self.temperature, self.top_p, 0, num_samples, tuple(stop_ids),
-                              self.max_rows_per_call, compact_min_rows=self.compact_min_rows,
-                              compact_ratio=self.compact_ratio, cache_window=self.cache_window)
+        """A standard rollout's or verifier call's sampler settings (`sampling`, the call's budget)."""
+        return SamplingConfig.of(self.call_sampling(stop_ids), max_new, num_samples=num_samples)
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
+        """From `config.rl` and `config.sampling`; a key that moved (`config_io.MOVED`) raises,
+        naming its new place."""
+        check_moved(config, [k for k in MOVED if k.startswith("rl.")])
         rl = config.rl.to_dict() if hasattr(config.rl, "to_dict") else dict(config.rl)
+        if "sampling" in rl:
+            raise ValueError("config.rl.sampling: the sampling config is top-level, config.sampling "
+                             "(shared by eval and RL)")
+        rl["sampling"] = Sampling.from_config(config.get("sampling") if hasattr(config, "get") else None)
         if isinstance(rl.get("operator"), dict) and not rl["operator"]:
             rl["operator"] = None
         unknown = set(rl) - set(cls.__dataclass_fields__)
