@@ -113,14 +113,14 @@ def main():
     parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
 
-    from prd_jax.data.jsonl import read_problems
     from prd_jax.model import load
     from prd_jax.model.loader import smollm2_gguf_path
     from prd_jax.sampling import bucket, compaction_sizes
+    from prd_jax.tasks import get_task
 
     model = load("smollm2-135m")
     tok = model.tokenizer
-    problems = read_problems("gsm8k_test", limit=args.requests)
+    problems = get_task("gsm8k").problems("test", limit=args.requests)
     prompt_ids = [tok.encode_chat([{"role": "user", "content": p["problem"]}]) for p in problems]
     keys = jax.random.split(jax.random.key(0), len(prompt_ids))
     n = len(prompt_ids)

@@ -71,9 +71,9 @@ COMPILE_LINE = "sampler: compiling"
 
 def gsm8k_messages(n: int) -> list:
     """The chats of rollout_throughput.py: one user message per GSM8K test problem."""
-    from prd_jax.data.jsonl import read_problems
+    from prd_jax.tasks import get_task
 
-    return [[{"role": "user", "content": p["problem"]}] for p in read_problems("gsm8k_test", limit=n)]
+    return [[{"role": "user", "content": p["problem"]}] for p in get_task("gsm8k").problems("test", limit=n)]
 
 
 def auto_prompt_buckets(messages: list) -> str:

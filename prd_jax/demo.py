@@ -102,7 +102,7 @@ def stage_configs(demo, workdir: str) -> dict:
     """The three training configs the demo runs (resolved, with its overrides)."""
     demo = resolve(demo)
     quick = QUICK_MODEL if demo.quick else []
-    common = [f"--config.seed={demo.seed}", f"--config.data.family={demo.task}",
+    common = [f"--config.seed={demo.seed}", f"--config.task={demo.task}",
               f"--config.data.difficulty={tuple(demo.difficulty)}", f"--config.data.num_train={demo.num_train}"]
     drafts = [f"--config.data.draft_tokens={demo.budget}", f"--config.data.tail_tokens={demo.tail}",
               f"--config.data.drafts={demo.drafts}", f"--config.data.ranking={demo.selector}"] if demo.tail else []
@@ -123,10 +123,10 @@ def stage_configs(demo, workdir: str) -> dict:
 def training_texts(configs: dict) -> set:
     """Text of every problem a training stage saw (SFT train and held-out loss rows, RL prompts):
     the demo evaluates only on problems outside this set."""
-    draws = {(seed, n, tuple(config.data.difficulty), config.data.get("family", "modchain")): config.data
+    draws = {(seed, n, tuple(config.data.difficulty), config.task): config.data
              for config in configs.values()
              for seed, n in ((config.seed, config.data.num_train), (config.seed + 10_000, config.data.get("num_eval", 0)))}
-    return {p["problem"] for (seed, n, *_), data in draws.items() for p in synthetic_rows(data, seed, n)}
+    return {p["problem"] for (seed, n, _, family), data in draws.items() for p in synthetic_rows(data, seed, n, family)}
 
 
 def eval_operators(demo) -> dict:
@@ -172,7 +172,7 @@ def with_pdr_keys(config, entry):
 def eval_config(demo, templates: str = "compact"):
     demo = resolve(demo)
     c = ml_collections.ConfigDict()
-    c.dataset, c.task, c.model, c.seed = "synthetic", demo.task, "tiny", demo.seed
+    c.task, c.model, c.seed = demo.task, "tiny", demo.seed
     c.k_samples, c.batch_size, c.num_problems = 1, demo.eval_batch, demo.eval_problems
     c.sampling = Sampling(temperature=demo.eval_temperature, top_p=1.0, top_k=0).to_config()
     c.max_problem_tokens = 96

@@ -114,7 +114,7 @@ def test_paper_numbers(path, arg):
     assert (o.dtype, o.param_dtype, o.remat) == ("bfloat16", "float32", True)
     assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b-instruct-2507")
     if c.stage == "sft":
-        assert c.model.init == "pretrained" and c.data.source == "jsonl"
+        assert c.model.init == "pretrained" and c.data.path and not c.data.mixture  # chat traces
         # PDR App. B.3: 2M-token batches of 32768-token sequences, lr 2e-5, 8B tokens
         assert c.data.seq_len == 32768 and c.batch_size * c.data.seq_len == 2 ** 21
         assert c.optim.learning_rate == 2e-5 and c.optim.warmup_steps > 0

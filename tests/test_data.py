@@ -1,4 +1,5 @@
-"""prd_jax.data: data-dir resolution, JSONL reading, TFDS builders, seqio vocabulary and tasks.
+"""prd_jax.data: data-dir resolution, JSONL reading, TFDS builders, seqio vocabulary and tasks
+(the builders and seqio tasks made from the built-in tasks' `JsonlFiles` declarations).
 
 Reads the benchmark files from the shared data dir (`../shared/data` from the repo root, or
 $PRD_DATA_DIR). TFDS datasets are prepared into per-module tmp dirs, never the user cache.
@@ -15,11 +16,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest  # noqa: E402
 
 from prd_jax.data import jsonl, paths  # noqa: E402
+from prd_jax.tasks import get_task  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 COUNTS = {"gsm8k_train": 7473, "gsm8k_test": 1319, "math500": 500, "aime2024": 30,
           "aime2025": 30}
+# file name -> (task, split) that declares it (tasks/math.py)
+FILES = {"gsm8k_train": ("gsm8k", "train"), "gsm8k_test": ("gsm8k", "test"), "math500": ("math500", "test"),
+         "aime2024": ("aime2024", "test"), "aime2025": ("aime2025", "test")}
 SAMPLE_STRINGS = [
     "Janet’s ducks lay 16 eggs per day.",
     "Find $\\frac{1}{2} + \\sqrt{x^2}$, where x ≥ 0.",
@@ -29,9 +34,20 @@ SAMPLE_STRINGS = [
 ]
 
 
+def _file(name, root=None):
+    task, split = FILES[name]
+    return os.path.join(root or paths.data_dir(), *dict(get_task(task).source.splits)[split].split("/"))
+
+
 def _lines(name):
-    with open(paths.dataset_file(name), encoding="utf-8") as f:
+    with open(_file(name), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _builder_cls(tfds_builders, task):
+    source = get_task(task).source
+    return tfds_builders.builder_class(f"prd_{task}", dict(source.splits), source.fields, source.id_key,
+                                       source.derived)
 
 
 # ---------------------------------------------------------------- paths and JSONL
@@ -59,41 +75,36 @@ def test_tfds_dir_resolution(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("name,count", sorted(COUNTS.items()))
-def test_read_problems_counts(name, count):
-    rows = jsonl.read_problems(name)
+def test_read_jsonl_counts(name, count):
+    rows = jsonl.read_jsonl(_file(name))
     assert len(rows) == count
     assert len({r["id"] for r in rows}) == count
     for r in rows:
         assert all(isinstance(r[k], str) and r[k] for k in ("id", "problem", "answer"))
 
 
-def test_read_problems_rows_equal_jsonl_lines():
-    rows = jsonl.read_problems("gsm8k_test")
+def test_read_jsonl_rows_equal_jsonl_lines():
+    rows = jsonl.read_jsonl(_file("gsm8k_test"))
     assert rows[0] == _lines("gsm8k_test")[0]
     assert rows[0]["id"] == "gsm8k-test-0" and rows[0]["answer"] == "18"
     assert rows[0]["problem"].startswith("Janet’s ducks lay 16 eggs per day.")
-    aime = jsonl.read_problems("aime2025")
+    aime = jsonl.read_jsonl(_file("aime2025"))
     assert aime == _lines("aime2025")
     assert aime[0]["answer"] == "70"
-    m500 = jsonl.read_problems("math500", limit=3)
+    m500 = jsonl.read_jsonl(_file("math500"), limit=3)
     assert len(m500) == 3 and {"subject", "level"} <= set(m500[0])
-    assert jsonl.read_problems("aime2024", limit=0) == []
-
-
-def test_unknown_name():
-    with pytest.raises(ValueError, match="aime2024.*gsm8k_test.*math500"):
-        paths.dataset_file("gsm8k")
-    with pytest.raises(ValueError, match="allowed names"):
-        jsonl.read_problems("mmlu")
+    assert jsonl.read_jsonl(_file("aime2024"), limit=0) == []
 
 
 def test_missing_file_names_path_and_env(monkeypatch, tmp_path):
     monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
     expected = str(tmp_path / "math" / "gsm8k_test.jsonl")
     with pytest.raises(FileNotFoundError) as err:
-        jsonl.read_problems("gsm8k_test")
+        get_task("gsm8k").problems("test")  # checked before TensorFlow loads
     assert expected in str(err.value)
-    assert "PRD_DATA_DIR" in str(err.value) and "export PRD_DATA_DIR=" in str(err.value)
+    assert "PRD_DATA_DIR" in str(err.value)
+    with pytest.raises(ValueError, match=r"task 'prd_aime2024' has no split 'train'; allowed splits: \['test'\]"):
+        get_task("aime2024").problems("train")
 
 
 @pytest.mark.parametrize("bad_line,needle", [
@@ -103,21 +114,21 @@ def test_missing_file_names_path_and_env(monkeypatch, tmp_path):
     ({"id": "a", "problem": "p", "answer": "7"}, "duplicate id"),
     ("{not json", "invalid JSON"),
 ])
-def test_malformed_line_names_file_and_line(monkeypatch, tmp_path, bad_line, needle):
+def test_malformed_line_names_file_and_line(tmp_path, bad_line, needle):
     (tmp_path / "math").mkdir()
     path = tmp_path / "math" / "aime2024.jsonl"
     good = json.dumps({"id": "a", "problem": "p", "answer": "1"})
     bad = bad_line if isinstance(bad_line, str) else json.dumps(bad_line)
     path.write_text(f"{good}\n\n{bad}\n", encoding="utf-8")
-    monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
     with pytest.raises(ValueError) as err:
-        jsonl.read_problems("aime2024")
+        jsonl.read_jsonl(path)
     assert f"{path}:3" in str(err.value) and needle in str(err.value)
-    assert jsonl.read_problems("aime2024", limit=1) == [json.loads(good)]
+    assert jsonl.read_jsonl(path, limit=1) == [json.loads(good)]
 
 
 def test_import_is_lightweight():
-    code = ("import sys, prd_jax.data as d; d.read_problems('aime2024', limit=1); "
+    code = ("import sys, prd_jax.data as d, prd_jax.tasks as t; "
+            "d.read_jsonl(d.data_dir() + '/' + dict(t.get_task('aime2024').source.splits)['test'], limit=1); "
             "bad = [m for m in ('tensorflow', 'seqio', 'tensorflow_datasets') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=120)
@@ -142,7 +153,7 @@ def tfds_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(tfds_builders, tfds_root):
-    return {name: tfds_builders.build(name, tfds_dir=tfds_root)
+    return {name: tfds_builders.build(_builder_cls(tfds_builders, name), tfds_dir=tfds_root)
             for name in ("gsm8k", "math500", "aime2024", "aime2025")}
 
 
@@ -179,7 +190,7 @@ def test_tfds_prepare_is_idempotent(tfds_builders, tfds_root, built, tmp_path):
     data_path = Path(tfds_root) / "prd_aime2024" / "1.0.0"
     before = {p.name: p.stat().st_mtime_ns for p in data_path.iterdir()}
     # An empty data dir proves the second call reuses the prepared data without reading JSONL.
-    again = tfds_builders.build("prd_aime2024", data_dir=str(tmp_path), tfds_dir=tfds_root)
+    again = tfds_builders.build(_builder_cls(tfds_builders, "aime2024"), data_dir=str(tmp_path), tfds_dir=tfds_root)
     assert int(again["test"].cardinality()) == 30
     assert {p.name: p.stat().st_mtime_ns for p in data_path.iterdir()} == before
 
@@ -187,12 +198,22 @@ def test_tfds_prepare_is_idempotent(tfds_builders, tfds_root, built, tmp_path):
 def test_tfds_missing_manual_file(tfds_builders, tmp_path):
     (tmp_path / "data" / "math").mkdir(parents=True)
     with pytest.raises(FileNotFoundError) as err:
-        tfds_builders.build("aime2025", data_dir=str(tmp_path / "data"),
+        tfds_builders.build(_builder_cls(tfds_builders, "aime2025"), data_dir=str(tmp_path / "data"),
                             tfds_dir=str(tmp_path / "tfds"))
     assert str(tmp_path / "data" / "math" / "aime2025.jsonl") in str(err.value)
     assert "PRD_DATA_DIR" in str(err.value)
-    with pytest.raises(ValueError, match="allowed names"):
-        tfds_builders.builder_class("gsm8k_test")
+
+
+def test_builder_declarations(tfds_builders):
+    cls = _builder_cls(tfds_builders, "aime2024")
+    assert _builder_cls(tfds_builders, "aime2024") is cls  # one class per declaration
+    assert (cls.name, cls.SPLIT_FILES) == ("prd_aime2024", (("test", "math/aime2024.jsonl"),))
+    with pytest.raises(ValueError, match="already declared"):
+        tfds_builders.builder_class("prd_aime2024", {"test": "math/aime2025.jsonl"})
+    with pytest.raises(ValueError, match="allowed: lower-case letters"):
+        tfds_builders.builder_class("Prd-X", {"test": "x.jsonl"})
+    with pytest.raises(ValueError, match="id_key='key' must be one of the fields"):
+        tfds_builders.builder_class("prd_x", {"test": "x.jsonl"}, id_key="key")
 
 
 # ---------------------------------------------------------------- seqio vocabulary
@@ -258,17 +279,25 @@ def test_vocab_equality(vocab, tokenizer):
 # ---------------------------------------------------------------- seqio tasks
 
 
-@pytest.fixture(scope="module")
-def task_names(vocab, tfds_root, built):
-    from prd_jax.data import tasks
+TOKENIZED = ["prd_gsm8k", "prd_math500", "prd_aime2024", "prd_aime2025"]
 
-    names = tasks.register_tasks(vocab, tfds_dir=tfds_root)
-    assert tasks.register_tasks(vocab, tfds_dir=tfds_root) == names  # idempotent
+
+@pytest.fixture(scope="module")
+def task_names(vocab, tfds_builders, tfds_root, built):
+    from prd_jax.data import seqio_tasks
+
+    for name in TOKENIZED:
+        seqio_tasks.register_rows_task(name, _builder_cls(tfds_builders, name[len("prd_"):]), tfds_dir=tfds_root)
+    names = seqio_tasks.register_tokenized(vocab, TOKENIZED)
+    assert seqio_tasks.register_tokenized(vocab, TOKENIZED) == names  # idempotent
     return names
 
 
 def test_task_names(task_names):
-    assert task_names == ["prd_gsm8k", "prd_math500", "prd_aime2024", "prd_aime2025", "prd_humaneval"]
+    import seqio
+
+    assert task_names == TOKENIZED
+    assert all(seqio.get_mixture_or_task(n).output_features["targets"].add_eos for n in task_names)
 
 
 def test_task_aime_targets_decode_to_answer(task_names, vocab):
@@ -292,7 +321,7 @@ def test_task_aime_targets_decode_to_answer(task_names, vocab):
 def test_task_gsm8k_and_prompt_template(task_names, vocab, tfds_root):
     import seqio
 
-    from prd_jax.data import tasks
+    from prd_jax.data import seqio_tasks
 
     ex = next(seqio.get_mixture_or_task("prd_gsm8k")
               .get_dataset(sequence_length=None, split="test", shuffle=False)
@@ -300,7 +329,7 @@ def test_task_gsm8k_and_prompt_template(task_names, vocab, tfds_root):
     assert vocab.decode(ex["targets"]) == "18" and ex["targets"][-1] == vocab.eos_id
     try:
         for template in ("Question: {problem}\nAnswer:", lambda p: f"Question: {p}\nAnswer:"):
-            tasks.register_tasks(vocab, tfds_dir=tfds_root, prompt_template=template)
+            seqio_tasks.register_tokenized(vocab, TOKENIZED, prompt_template=template)
             ex = next(seqio.get_mixture_or_task("prd_aime2024")
                       .get_dataset(sequence_length=None, split="test", shuffle=False)
                       .as_numpy_iterator())
@@ -310,4 +339,4 @@ def test_task_gsm8k_and_prompt_template(task_names, vocab, tfds_root):
             assert ex["inputs"].tolist() == vocab.encode(prompt)
             assert vocab.decode(ex["targets"]) == line["answer"] == "204"
     finally:
-        tasks.register_tasks(vocab, tfds_dir=tfds_root)
+        seqio_tasks.register_tokenized(vocab, TOKENIZED)

@@ -169,7 +169,7 @@ def test_resolve_fills_presets_and_names_bad_fields():
     # --config.seed moves every stage's seed and the eval's sampling seed
     seeded = {s: stage_configs(resolve(ml_collections.ConfigDict(dict(base.to_dict(), seed=s))), "/w") for s in (0, 7)}
     assert {n: c.seed for n, c in seeded[7].items()} == {n: 7 for n in CHECKPOINTS}
-    assert seeded[0]["sft"].data.family == "preimage" and seeded[0]["rl_pdr"].rl.operator.k == resolve(base).k
+    assert seeded[0]["sft"].task == "preimage" and seeded[0]["rl_pdr"].rl.operator.k == resolve(base).k
     assert eval_config(resolve(ml_collections.ConfigDict(dict(base.to_dict(), seed=7)))).seed == 7
     # the SFT drafts are cut and quoted exactly as the eval's PDR round cuts and quotes its drafts
     pdr = next(op for op in eval_config(d).operators if op["type"] == "pdr")

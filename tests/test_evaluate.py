@@ -161,7 +161,7 @@ def test_checkpoints_sharing_a_tokenizer_compile_each_operator_once(tmp_path):
     cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=1024)
     vocab = synthetic.CharVocab()
     config = ml_collections.ConfigDict(dict(
-        dataset="synthetic", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2,
+        task="gsm8k", model="tiny", seed=0, k_samples=1, batch_size=2, num_problems=2,
         sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
         operators=[dict(type="long_cot", max_new_tokens=4), dict(type="sr", rounds=1, max_new_tokens=4)]))
     rows = synthetic.generate(2, 0, 1)

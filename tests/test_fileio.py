@@ -86,7 +86,7 @@ def tiny_eval():
     model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)),
                                   tokenizer=synthetic.CharVocab(), mesh=None)
     config = ml_collections.ConfigDict(dict(
-        dataset="synthetic", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
+        task="gsm8k", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
         sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
         operators=[dict(type="long_cot", max_new_tokens=4)]))
     return config, model, synthetic.generate(2, 0, 1)

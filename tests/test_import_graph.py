@@ -19,7 +19,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "prd_jax"
 # torch / transformers, and the data-layer modules that import them; and math_verify (sympy),
 # which runs in the grading worker process and is imported in-process only by its fallback.
 LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transformers", "etils",
-           "prd_jax.data.tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
+           "prd_jax.data.seqio_tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
            "prd_jax.data._tf", "math_verify", "pyarrow")
 # The command line imports each command's modules in its handler, so `prd-jax --help` starts
 # without jax (issue 35 §6; tests/test_cli.py checks sys.modules).

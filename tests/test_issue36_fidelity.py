@@ -82,7 +82,7 @@ def test_distill_variants_run_a_budget_ladder_on_both_years(pod):
         for b in budgets:  # every distill variant at every rung
             assert {op["distill"] for op in c.operators if op["max_new_tokens"] == b} == \
                 {"global_summary", "shared_topk", "per_sample_topk", "random_k"}
-        years[arg] = c.dataset
+        years[arg] = c.task
     assert years == {pod: "aime2024", f"{pod},aime2024": "aime2024", f"{pod},aime2025": "aime2025"}
     assert _cfg("eval/pdr_distill_variants.py", f"{pod},aime2025").mesh == _cfg("eval/pdr_distill_variants.py", pod).mesh
     with pytest.raises(ValueError, match="POD"):

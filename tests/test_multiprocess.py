@@ -49,8 +49,9 @@ CONTINUAL = RL + ["--config.rl.prompts_per_step=2", "--config.rl.samples_per_pro
                   "--config.rl.operator.max_new_tokens=16", "--config.rl.operator.candidate_max_tokens=16",
                   "--config.rl.operator.kappa=16"]
 # `prd-jax ARGS`, with the RL reward swapped for the parity of the completion's characters.
-ENTRY = ("import sys; import prd_jax.train.rl as rl; rl._math_reward = lambda text, answer: "
-         "float(sum(map(ord, text)) % 2); from prd_jax.cli import main; main(sys.argv[1:])")
+ENTRY = ("import sys; import prd_jax.train.rl as rl; rl.TaskReward.grades = lambda self, texts, keys: "
+         "[dict(reward=float(sum(map(ord, t)) % 2), correct=float(sum(map(ord, t)) % 2)) for t in texts]; "
+         "from prd_jax.cli import main; main(sys.argv[1:])")
 RTOL, ATOL = 1e-5, 1e-6  # fp32 reduction-order noise
 # The programs are tiny and compiling dominates: XLA's CPU backend without LLVM optimisation
 # compiles about a fifth faster. Both layouts use the same flags.

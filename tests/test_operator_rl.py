@@ -64,7 +64,8 @@ def sft_workdir(tmp_path_factory):
 @pytest.fixture()
 def spread_reward(monkeypatch):
     """A reward with spread (tiny models are rarely right), so every advantage group moves."""
-    monkeypatch.setattr(rl_mod, "_math_reward", lambda text, answer: float(len(text) % 2))
+    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: [
+        {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts])
 
 
 def stage_for(name, sft_workdir, extra=()):

@@ -200,7 +200,8 @@ class _State:
 @pytest.fixture()
 def spread_reward(monkeypatch):
     """A reward with spread (a random tiny model is never right), so strict pairs exist."""
-    monkeypatch.setattr(rl_mod, "_math_reward", lambda text, answer: float(len(text) % 2))
+    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: [
+        {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts])
 
 
 def _start(config, cfg, mesh):

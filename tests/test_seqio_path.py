@@ -1,4 +1,5 @@
-"""seqio is the one data path (issue 14 §4): built-in tasks read back exactly the JSONL rows,
+"""seqio is the one data path (issue 14 §4): built-in tasks read back exactly the JSONL rows
+through the seqio tasks their `JsonlFiles` declarations register (issue 35 §1),
 SFT / RL data built through seqio equals the direct numpy path, a user's own seqio task
 trains with no code change, and TensorFlow stays out of the core import path."""
 
@@ -14,6 +15,7 @@ import pytest
 
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.data import chat_traces, paths, preimage, seqio_rows, sft, synthetic
+from prd_jax.tasks import get_task
 
 pytestmark = pytest.mark.slow  # loads TensorFlow, seqio and TFDS
 
@@ -26,11 +28,11 @@ VOCAB = synthetic.CharVocab()
 
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory):
-    """The built-in tasks, registered over a fresh TFDS cache dir."""
+    """The built-in tasks' data, read over a fresh TFDS cache dir."""
     old = os.environ.get(paths.TFDS_DIR_ENV)
     os.environ[paths.TFDS_DIR_ENV] = str(tmp_path_factory.mktemp("tfds"))
     try:
-        yield seqio_rows.register_builtin_tasks()
+        yield
     finally:
         if old is None:
             os.environ.pop(paths.TFDS_DIR_ENV)
@@ -38,9 +40,15 @@ def builtin(tmp_path_factory):
             os.environ[paths.TFDS_DIR_ENV] = old
 
 
+FILES = {"gsm8k_train": ("gsm8k", "train"), "gsm8k_test": ("gsm8k", "test"), "math500": ("math500", "test"),
+         "aime2024": ("aime2024", "test"), "aime2025": ("aime2025", "test"), "humaneval": ("humaneval", "test")}
+
+
 def _jsonl(name, limit=None):
+    task, split = FILES[name]
     out = []
-    with open(paths.dataset_file(name), encoding="utf-8") as f:
+    with open(os.path.join(paths.data_dir(), *dict(get_task(task).source.splits)[split].split("/")),
+              encoding="utf-8") as f:
         for line in f:
             if line.strip() and (limit is None or len(out) < limit):
                 out.append(json.loads(line))
@@ -50,38 +58,34 @@ def _jsonl(name, limit=None):
 @pytest.mark.parametrize("dataset,limit", [("aime2024", None), ("aime2025", None), ("math500", None),
                                            ("gsm8k_test", 40), ("gsm8k_train", 40)])
 def test_math_rows_equal_jsonl(builtin, dataset, limit):
-    task, split = seqio_rows.DATASET_TASKS[dataset]
-    rows = seqio_rows.read(task, split, limit=limit)
+    task, split = FILES[dataset]
+    rows = get_task(task).problems(split, limit=limit)
     assert rows == [{k: r[k] for k in ("id", "problem", "answer")} for r in _jsonl(dataset, limit)]
     assert all(type(v) is str for r in rows for v in r.values())
 
 
 def test_humaneval_rows_equal_jsonl(builtin):
-    rows = seqio_rows.read("prd_humaneval", "test")
+    rows = get_task("humaneval").problems()
     lines = _jsonl("humaneval")
     assert len(rows) == len(lines) == 164
     assert rows == [dict(r, id=r["task_id"], problem=r["prompt"], answer=r["task_id"]) for r in lines]
-    assert seqio_rows.read("prd_humaneval", "test", limit=3) == rows[:3]  # deterministic, file order
-
-
-def test_dataset_table_matches_builders(builtin):
-    from prd_jax.data import tfds_builders
-
-    table = {name: (f"prd_{short}", split) for short, cls in tfds_builders.BUILDERS.items()
-             for split, name in cls.SPLIT_FILES.items()}
-    assert table == seqio_rows.DATASET_TASKS
-    assert set(seqio_rows.DATASET_TASKS) == set(paths.DATASETS)
+    assert get_task("humaneval").problems(limit=3) == rows[:3]  # deterministic, file order
+    # the task's first read registered its seqio task, which reads the same rows
+    assert seqio_rows.read("prd_humaneval", "test", limit=3) == rows[:3]
 
 
 def test_read_errors_name_the_allowed_values(builtin, tmp_path):
-    with pytest.raises(ValueError, match="unknown seqio task or mixture 'no_such_task'") as err:
+    get_task("aime2024").problems(limit=1)  # registers prd_aime2024
+    with pytest.raises(ValueError, match=r"unknown seqio task or mixture 'no_such_task'; allowed names \(registered\)") as err:
         seqio_rows.read("no_such_task", "train")
-    assert "prd_humaneval" in str(err.value) and "prd_gsm8k" in str(err.value)
+    assert "prd_aime2024" in str(err.value)
     with pytest.raises(ValueError, match=r"no split 'train'; allowed splits: \['test'\]"):
-        seqio_rows.read("prd_aime2024", "train")
+        get_task("aime2024").problems("train")
     with pytest.raises(FileNotFoundError) as err:
-        seqio_rows.read("prd_humaneval", "test", data_dir=str(tmp_path))
+        get_task("humaneval").problems(data_dir=str(tmp_path))
     assert str(tmp_path / "code" / "humaneval.jsonl") in str(err.value)
+    with pytest.raises(ValueError, match="limit=-1"):
+        get_task("aime2024").problems(limit=-1)
     with pytest.raises(ValueError, match="limit=-1"):
         seqio_rows.read("prd_aime2024", "test", limit=-1)
 
@@ -126,7 +130,7 @@ def _numpy_sft_examples(config, tokenizer):
     out = []
     for n, seed in ((data.num_train, config.seed), (data.num_eval, config.seed + 10_000)):
         rows = []
-        for p in synthetic.generate(n, seed, tuple(data.difficulty), family=data.get("family", "modchain")):
+        for p in synthetic.generate(n, seed, tuple(data.difficulty), family=config.task):
             if p["family"] == "preimage":  # its own trace builder (drafts quoted as the eval quotes them)
                 knobs = {k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None}
                 rows += preimage.sft_traces(rng, p, pdr_fraction=data.pdr_fraction, pdr_k=data.pdr_k,
@@ -171,8 +175,7 @@ def test_jsonl_traces_through_seqio_equal_rows(tmp_path, monkeypatch):
                                           {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    config = apply_overrides(load_config(SFT_TINY), ["--config.data.source=jsonl",
-                                                     f"--config.data.path={tmp_path / 'traces'}",
+    config = apply_overrides(load_config(SFT_TINY), [f"--config.data.path={tmp_path / 'traces'}",
                                                      "--config.data.validation_fraction=0.3"])
     monkeypatch.setenv(paths.TFDS_DIR_ENV, str(tmp_path / "tfds"))
     train, held_out = setup.sft_examples(config, VOCAB)
@@ -187,13 +190,15 @@ def test_rl_problems_through_seqio(builtin):
 
     config = load_config(SFT_TINY)
     config.data.num_train = 50
-    assert setup.rl_problems(config) == setup.synthetic_rows(config.data, config.seed, 50)
-    config.data.source = "aime2025"
+    config.seed = 3
+    assert setup.rl_problems(config) == setup.synthetic_rows(config.data, 3, 50, "modchain")  # the task's draws
+    config.task = "aime2025"
+    config.task_split = "test"
     config.data.num_train = 5
     assert setup.rl_problems(config) == [{k: r[k] for k in ("id", "problem", "answer")}
                                          for r in _jsonl("aime2025", 5)]
-    config.data.source = "aime"
-    with pytest.raises(ValueError, match=r"config.data.source='aime' for RL; allowed: 'synthetic', \["):
+    config.data.source = "aime2025"
+    with pytest.raises(ValueError, match=r"config.data.source was removed: use config.task"):
         setup.rl_problems(config)
 
 

@@ -32,8 +32,12 @@ def humaneval_rows():
 def test_builtin_tasks_and_their_declarations():
     assert {"gsm8k", "math500", "aime2024", "aime2025", "humaneval", "modchain", "modinverse"} <= set(TASKS)
     he, gsm, mod = get_task("humaneval"), get_task("gsm8k"), get_task("modchain")
-    assert (he.seqio_task, he.templates, he.judge_domain) == ("prd_humaneval", "code", "code")
-    assert (gsm.seqio_task, gsm.templates, gsm.judge_domain) == ("prd_gsm8k", "default", "math")
+    assert (he.templates, he.judge_domain) == ("code", "code")
+    assert (gsm.templates, gsm.judge_domain) == ("default", "math")
+    # each declares its data once: JSONL files per split under the data dir
+    assert dict(gsm.source.splits) == {"train": "math/gsm8k_train.jsonl", "test": "math/gsm8k_test.jsonl"}
+    assert dict(he.source.splits) == {"test": "code/humaneval.jsonl"} and he.source.id_key == "task_id"
+    assert mod.source is None  # drawn, not read: problems() is its own
     assert (mod.templates, get_task("modinverse").family) == ("compact", "modinverse")
     assert set(he.judge_templates) == {"pairwise", "pointwise"}
 
@@ -96,16 +100,16 @@ def test_options_validate_field_names_and_reward_modes():
         he.options(reward_mode="most")
 
 
-def test_task_for_config_keeps_the_defaults_of_existing_configs():
+def test_task_for_config_is_config_task():
     cfg = lambda **kw: ml_collections.ConfigDict(kw)
-    assert task_for_config(cfg(dataset="gsm8k_test")).name == "gsm8k"
-    assert task_for_config(cfg(dataset="aime2025")).name == "aime2025"
-    assert task_for_config(cfg(data=dict(source="synthetic", family="modinverse"))).name == "modinverse"
-    assert task_for_config(cfg(data=dict(source="gsm8k_train"))).name == "gsm8k"
-    assert task_for_config(cfg(data=dict(source="prd_math500"))).name == "math500"
-    assert task_for_config(cfg(task="humaneval", dataset="gsm8k_test")).name == "humaneval"
+    assert task_for_config(cfg(task="aime2025")).name == "aime2025"
+    assert task_for_config(cfg(task="modinverse", data=dict(num_train=4))).name == "modinverse"
     with pytest.raises(ValueError, match="config.task is unset"):
-        task_for_config(cfg(dataset="mystery"))
+        task_for_config(cfg(data=dict(num_train=4)))
+    with pytest.raises(ValueError, match=r"task='mystery'; allowed: \["):
+        task_for_config(cfg(task="mystery"))
+    with pytest.raises(ValueError, match="config.dataset was removed: use config.task"):
+        task_for_config(cfg(task="humaneval", dataset="gsm8k_test"))  # tests/test_task_plugin.py has the rest
 
 
 # ----------------------------------------------------------------------------- math

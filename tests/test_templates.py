@@ -122,7 +122,7 @@ def test_unknown_set_is_refused_by_name_everywhere(tmp_path):
         S.register_synthetic_task("prd_terse", HFVocabulary(v), {"train": (2, 0)}, templates="terse")
     with pytest.raises(ValueError, match=r"config.rl.templates='terse'"):
         RLConfig(templates="terse")
-    config = ml_collections.ConfigDict(dict(dataset="synthetic", model="tiny", templates="terse", num_problems=1,
+    config = ml_collections.ConfigDict(dict(task="gsm8k", model="tiny", templates="terse", num_problems=1,
                                             batch_size=1, max_problem_tokens=8, seed=0,
                                             operators=[dict(type="long_cot", max_new_tokens=4)]))
     with pytest.raises(ValueError, match=msg):

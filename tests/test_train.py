@@ -208,12 +208,13 @@ def test_rl_step_changes_params_and_logs_metrics(tmp_path):
     config = apply_overrides(load_config(RL_TINY), SMALL[:5] + [
         "--config.steps=1", f"--config.model.init_workdir={sft}", "--config.rl.prompts_per_step=2",
         "--config.rl.samples_per_prompt=4", "--config.rl.max_new_tokens=16", "--config.optim.weight_decay=0.0"])
-    original = rl_mod._math_reward
-    rl_mod._math_reward = lambda text, answer: float(len(text) % 2)  # a reward with spread
+    original = rl_mod.TaskReward.grades
+    rl_mod.TaskReward.grades = lambda self, texts, keys: [  # a reward with spread
+        {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts]
     try:
         train(config, str(tmp_path / "rl"), progress=False)
     finally:
-        rl_mod._math_reward = original
+        rl_mod.TaskReward.grades = original
     before, after = describe(sft), describe(str(tmp_path / "rl"))
     assert after["latest_step"] == 1 and after["params_digest"] != before["params_digest"]
     m = after["last_metrics"]

@@ -169,7 +169,7 @@ def test_rl_configs_train_on_code_with_the_paper_numbers(pod):
         if rl.verifier != "none":
             assert (rl.verifier_coef, rl.verifier_threshold) == (1.0, 0.2)  # lambda, threshold
         math_variant = load_config(os.path.join(RL, f"{name}.py") + f":{pod},math")
-        assert not math_variant.get("task") and math_variant.data.source == "gsm8k_train"
+        assert (math_variant.task, math_variant.task_split) == ("gsm8k", "train")
         assert RLConfig.from_config(math_variant).templates == "default"
 
 

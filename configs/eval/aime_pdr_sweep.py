@@ -2,7 +2,7 @@
 
 Schedules (8,4,1) and (16,8,4,1); distill = global summary, shared top-k, per-sample
 top-k, random-k with k=2; per-call budgets 8k/16k/24k; mean@16 on AIME 2024 (switch with
---config.dataset=aime2025). For accelerators (e.g. Qwen3-8B on 8xH200 or a v5p pod).
+--config.task=aime2025). For accelerators (e.g. Qwen3-8B on 8xH200 or a v5p pod).
 Top-k is ranked by the model itself (`self_pointwise`, up to 1024 tokens of judge
 reasoning per candidate; ours: the paper names a model-based ranker, not its budget);
 random-k draws at random and pays for no ranking.
@@ -56,7 +56,7 @@ def get_config(arg=None):
     c.dtype = "bfloat16"
     c.mesh = MESHES[arg]
     c.target = TARGETS[arg]
-    c.dataset = "aime2024"
+    c.task = "aime2024"  # the problems and their grading (prd_jax.tasks)
     c.data_dir = ""
     c.num_problems = 30
     c.k_samples = 16

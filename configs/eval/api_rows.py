@@ -122,7 +122,7 @@ def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict
     # turns answer text into ids for quoting; budgets and billing come from the API's usage.
     c.model = "smollm2-135m"
     c.model_path = ""
-    c.dataset = year
+    c.task = year  # the problems and their grading (prd_jax.tasks)
     c.data_dir = ""  # default: $PRD_DATA_DIR, else ../shared/data
     c.num_problems = 30
     c.k_samples = 16  # mean@16 (paper); --config.k_samples=4 for a cheaper first pass

@@ -34,7 +34,6 @@ def get_config(arg=None):
     cpu = arg is None
     c = ml_collections.ConfigDict()
     c.task = "humaneval"
-    c.dataset = "humaneval"  # the summary's title; the data is the task's (seqio task prd_humaneval)
     c.split = ""
     c.templates = "code"
     c.model = "smollm2-135m" if cpu else arg

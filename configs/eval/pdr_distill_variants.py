@@ -14,7 +14,7 @@ Candidates are quoted at most 4096 tokens (head 1024 + tail), after their thinki
 
 The arg is POD[,YEAR]: POD names the pod (mesh, batch and `prd-jax compile` target, as in
 configs/eval/aime_pdr_sweep.py), YEAR the AIME year, aime2024 (the default) or aime2025. One
-eval run reads one dataset, so the two years are two runs:
+eval run reads one task, so the two years are two runs:
     prd-jax compile --config configs/eval/pdr_distill_variants.py:v5p-128
     prd-jax eval --config configs/eval/pdr_distill_variants.py:v5p-128,aime2024 \\
         --workdir gs://BUCKET/pdr_table2_aime2024 --config.model_path=/ckpts/Qwen3-8B
@@ -50,7 +50,7 @@ def get_config(arg=None):
         raise ValueError(f"configs/eval/pdr_distill_variants.py: arg {arg!r} unknown; allowed: {ARGS} "
                          "(POD[,YEAR], e.g. v5p-128,aime2025)")
     c = load_config(f"{os.path.join(HERE, 'aime_pdr_sweep.py')}:{pod}")  # pod, data, sampling
-    c.dataset = year or "aime2024"
+    c.task = year or "aime2024"
     ops = []
     for budget in BUDGETS:
         common = dict(COMMON, max_new_tokens=budget)

@@ -1,6 +1,6 @@
 """PDR paper Fig. 3 / Table 1 (arXiv 2510.01123 §4.1): Long-CoT, SR and PDR at matched B_seq.
 
-Qwen3-8B on AIME 2024 (`--config.dataset=aime2025` for the other half), mean@16, T = 1.0.
+Qwen3-8B on AIME 2024 (`--config.task=aime2025` for the other half), mean@16, T = 1.0.
 B_seq counts the tokens generated on the accepted path (§3.1), so the comparison is made
 by reading accuracy off B_seq, not off the per-call budget:
 - Long-CoT at 8k / 16k / 24k / 32k generated tokens brackets the B_seq of the iterative

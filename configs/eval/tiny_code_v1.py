@@ -33,7 +33,6 @@ def get_config(arg=None):
         raise ValueError(f"configs/eval/tiny_code_v1.py: arg {arg!r} unknown; allowed: None (CPU)")
     c = ml_collections.ConfigDict()
     c.task = "livecodebench"
-    c.dataset = "livecodebench"  # the summary's title; the data is the task's
     c.split = ""
     c.templates = "code"
     c.data_dir = os.path.join(HERE, "fixtures")  # the fixture, not the published files

@@ -48,7 +48,7 @@ def get_config(arg=None):
     if arg in TARGETS:
         c.target = TARGETS[arg]
         c.dtype = "bfloat16"
-    c.dataset = "gsm8k_test" if smoke else "aime2024"
+    c.task = "gsm8k" if smoke else "aime2024"
     c.data_dir = ""
     c.num_problems = 2 if smoke else 30
     c.k_samples = 1 if smoke else 4

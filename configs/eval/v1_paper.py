@@ -112,7 +112,6 @@ def config(model: str, operators: list, bench: str, backend: str, k_samples: int
     checkpoint = os.environ.get(m["env"], "")
     c = ml_collections.ConfigDict()
     c.task = b["task"]
-    c.dataset = bench  # the summary's title; the data is the task's
     c.split = b["split"]
     c.templates = d["templates"]  # "": the task's own set
     c.data_dir = ""  # default: $PRD_DATA_DIR, else ../shared/data

@@ -10,9 +10,10 @@ rate 5e-7 for 800 steps; CISPO's importance weight clipped from above only (1 + 
 our choice. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so
 operator RL (configs that roll out PDR) can share these shapes.
 
-Data: `data.source` names a problem set of `prd_jax.data.paths.DATASETS` ({id, problem,
-answer} JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k_train" is a placeholder: the
-paper trains on its own math RL mix; add that file to `DATASETS` and set --config.data.source.
+Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
+`config.task_split`, JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k" (split "train") is a
+placeholder: the paper trains on its own math RL mix; declare it as a task in one module
+(docs/extending.md, "A task") and set --config.task.
 
 The arg picks the hardware, as in configs/sft/llama31_8b.py (same mesh):
   v5p-128  64 TPU v5p chips: "data=1,fsdp=16,tensor=4", 64 microbatches of 16 sequences

@@ -16,9 +16,10 @@ normaliser (mean over correct-rollout tokens, `rl.aux_sft_normaliser`, see
 rl.cispo_lower_clip is True. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in
 the prompt, so operator RL (configs that roll out PDR) can share these shapes.
 
-Data: `data.source` names a problem set of `prd_jax.data.paths.DATASETS` ({id, problem,
-answer} JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k_train" is a placeholder: the
-paper trains on its own math RL mix; add that file to `DATASETS` and set --config.data.source.
+Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
+`config.task_split`, JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k" (split "train") is a
+placeholder: the paper trains on its own math RL mix; declare it as a task in one module
+(docs/extending.md, "A task") and set --config.task.
 
 The arg picks the hardware, as in configs/sft/qwen3_8b.py (same mesh):
   v5p-128  64 TPU v5p chips: "data=1,fsdp=16,tensor=4", 64 microbatches of 16 sequences
@@ -89,8 +90,9 @@ def get_config(arg=None):
     c.model.overrides.enable_thinking = True
     c.model.init = "checkpoint"
     c.model.init_workdir = ""  # required: the SFT run's workdir (--config.model.init_workdir=...)
+    c.task = "gsm8k"  # placeholder for the paper's math RL mix (see the docstring)
+    c.task_split = "train"
     c.data = ml_collections.ConfigDict(dict(
-        source="gsm8k_train",  # placeholder for the paper's math RL mix (see the docstring)
         data_dir="",  # default: $PRD_DATA_DIR
         num_train=0,  # 0: every problem of the set
         mixture="", module=""))  # or a registered seqio task/mixture (docs/extending.md, "Training data of your own")

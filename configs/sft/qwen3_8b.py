@@ -115,8 +115,7 @@ def get_config(arg=None):
         init="pretrained", init_workdir="",
         overrides=dict(dtype="bfloat16", param_dtype="float32", remat=True)))
     c.data = ml_collections.ConfigDict(dict(
-        source="jsonl",
-        path="/path/to/sft_traces",  # placeholder: override with --config.data.path=<trace dir>
+        path="/path/to/sft_traces",  # chat traces; placeholder: override with --config.data.path=<trace dir>
         seq_len=SEQ_LEN, mode="pack", validation_fraction=0.01, mixture="", module=""))
     c.batch_size = BATCH_SIZE  # sequences per optimizer step (global, all processes together)
     c.grad_accum_steps = GRAD_ACCUM[arg]

@@ -11,9 +11,7 @@ import json
 import os
 from typing import Iterator, Optional, Sequence
 
-from prd_jax.data import paths
-
-__all__ = ["REQUIRED_KEYS", "iter_json_objects", "iter_jsonl", "read_jsonl", "read_problems"]
+__all__ = ["REQUIRED_KEYS", "iter_json_objects", "iter_jsonl", "read_jsonl"]
 
 REQUIRED_KEYS = ("id", "problem", "answer")
 
@@ -81,14 +79,3 @@ def iter_jsonl(path: str | os.PathLike, limit: Optional[int] = None) -> Iterator
 def read_jsonl(path: str | os.PathLike, limit: Optional[int] = None) -> list[dict]:
     """All validated rows of `path` (see `iter_jsonl`)."""
     return list(iter_jsonl(path, limit))
-
-
-def read_problems(name: str, data_dir: Optional[str | os.PathLike] = None,
-                  limit: Optional[int] = None) -> list[dict]:
-    """Validated rows of benchmark `name` ("gsm8k_test", "math500", ...; see `paths.DATASETS`).
-
-    Each row has string `id`, `problem`, `answer` plus whatever extra keys the file holds.
-    `data_dir` defaults as in `paths.data_dir`. Raises ValueError for an unknown name or a
-    malformed line, FileNotFoundError for a missing file.
-    """
-    return read_jsonl(paths.dataset_file(name, data_dir), limit)

@@ -1,7 +1,9 @@
 """Where benchmark data and prepared TFDS datasets live. Imports only the standard library.
 
-Benchmark JSONL files are never part of this repository; they are read from a *data dir*,
-the directory that contains `math/gsm8k_test.jsonl`, `code/humaneval.jsonl` etc. `data_dir()` picks it, first match:
+Benchmark files are never part of this repository; they are read from a *data dir*, the
+directory that contains `math/gsm8k_test.jsonl`, `code/humaneval.jsonl` etc. Which file a task
+reads is declared by the task itself (`prd_jax.tasks`, its `source`), as a path relative to the
+data dir. `data_dir()` picks the data dir, first match:
 
 1. the explicit argument (a config value, a CLI flag, a test's tmp dir);
 2. the environment variable `PRD_DATA_DIR`;
@@ -19,21 +21,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["DATA_DIR_ENV", "TFDS_DIR_ENV", "DATASETS", "data_dir", "dataset_file", "tfds_dir",
-           "default_data_dir"]
+__all__ = ["DATA_DIR_ENV", "TFDS_DIR_ENV", "data_dir", "tfds_dir", "default_data_dir"]
 
 DATA_DIR_ENV = "PRD_DATA_DIR"
 TFDS_DIR_ENV = "PRD_TFDS_DIR"
-
-# Benchmark name -> path of its JSONL file relative to the data dir.
-DATASETS: dict[str, str] = {
-    "gsm8k_train": "math/gsm8k_train.jsonl",
-    "gsm8k_test": "math/gsm8k_test.jsonl",
-    "math500": "math/math500.jsonl",
-    "aime2024": "math/aime2024.jsonl",
-    "aime2025": "math/aime2025.jsonl",
-    "humaneval": "code/humaneval.jsonl",
-}
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _HOW_TO_SET = (
@@ -66,23 +57,6 @@ def data_dir(explicit: Optional[str | os.PathLike] = None) -> str:
     if not os.path.isdir(path):
         raise FileNotFoundError(
             f"benchmark data directory {path} (from {source}) does not exist. {_HOW_TO_SET}")
-    return path
-
-
-def dataset_file(name: str, data_dir: Optional[str | os.PathLike] = None) -> str:
-    """Absolute path of benchmark `name`'s JSONL file (one of `DATASETS`).
-
-    Raises ValueError for an unknown name and FileNotFoundError, naming the expected path and
-    `PRD_DATA_DIR`, if the file is missing.
-    """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; allowed names: {sorted(DATASETS)}")
-    root, source = _resolve(data_dir)
-    path = os.path.join(root, *DATASETS[name].split("/"))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"dataset {name!r}: expected file {path} not found (data dir {root} from {source}). "
-            f"{_HOW_TO_SET}")
     return path
 
 

@@ -1,25 +1,18 @@
 """Rows of a registered seqio task or mixture as plain Python dicts: the one way data is read.
 
     from prd_jax.data import seqio_rows
-    rows = seqio_rows.read("prd_math500", "test", limit=8)   # [{"id", "problem", "answer"}, ...]
+    rows = seqio_rows.read("my_task", "train", limit=8)
 
-Built-in tasks (registered on first use, idempotently; TFDS builders of `data.tfds_builders`
-over the JSONL files of the data dir, see `data.paths`):
-
-    prd_gsm8k      train, test   id, problem, answer
-    prd_math500    test          id, problem, answer
-    prd_aime2024   test          id, problem, answer
-    prd_aime2025   test          id, problem, answer
-    prd_humaneval  test          task_id, prompt, canonical_solution, test, entry_point (as in
-                                 code/humaneval.jsonl) plus id = task_id, problem = prompt,
-                                 answer = task_id
-
-Any other name must already be registered in `seqio.TaskRegistry` / `seqio.MixtureRegistry`
-(e.g. by importing the module that registers it, or by `data.synthetic.register_synthetic_task`).
+Tasks declared as JSONL files (a `prd_jax.tasks` task with a `JsonlFiles` source) are read with
+`read_files`, which registers their seqio task (`prd_<task name>`, a TFDS builder of
+`data.tfds_builders` over the files of the data dir, see `data.paths`) on first use,
+idempotently. Any other name must already be registered in `seqio.TaskRegistry` /
+`seqio.MixtureRegistry` (e.g. by importing the module that registers it, or by
+`data.synthetic.register_synthetic_task`).
 
 What a row holds:
 - `preprocess=False` (default): the task's *source* examples, before its preprocessors; the
-  fields its data source yields. For the built-ins these are the fields above.
+  fields its data source yields (for JSONL files: the declared fields).
 - `preprocess=True`: the task's output after all its preprocessors (`get_dataset` with
   `sequence_length=None`, no trimming), e.g. `inputs`/`targets` token lists plus
   `inputs_pretokenized`/`targets_pretokenized` strings.
@@ -37,24 +30,15 @@ the first `read`, so modules on the core import path may import it.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 from prd_jax.data import paths
 
-__all__ = ["BUILTIN_TASKS", "DATASET_TASKS", "read", "splits", "register_builtin_tasks", "lookup",
-           "to_python"]
+__all__ = ["read", "read_files", "ensure_files_task", "splits", "lookup", "to_python"]
 
-# Built-in seqio task name -> the `tfds_builders.BUILDERS` short name.
-BUILTIN_TASKS: dict[str, str] = {f"prd_{short}": short for short in
-                                 ("gsm8k", "math500", "aime2024", "aime2025", "humaneval")}
-# `paths.DATASETS` name (one JSONL file) -> (built-in task, split) that serves it.
-DATASET_TASKS: dict[str, tuple[str, str]] = {
-    "gsm8k_train": ("prd_gsm8k", "train"), "gsm8k_test": ("prd_gsm8k", "test"),
-    "math500": ("prd_math500", "test"), "aime2024": ("prd_aime2024", "test"),
-    "aime2025": ("prd_aime2025", "test"), "humaneval": ("prd_humaneval", "test"),
-}
+REQUIRED_KEYS = ("id", "problem", "answer")
 
 
 def _resolved(data_dir: Optional[str]) -> Optional[str]:
@@ -63,72 +47,73 @@ def _resolved(data_dir: Optional[str]) -> Optional[str]:
     return os.path.abspath(os.path.expanduser(os.fspath(data_dir)))
 
 
-def _register_builtin(name: str, data_dir: Optional[str]) -> None:
-    """Register built-in task `name`: its TFDS source, no preprocessors, no output features."""
+def _check_file(name: str, split: str, split_files: Mapping[str, str], data_dir: Optional[str]) -> None:
+    """ValueError naming the allowed splits for an undeclared split; FileNotFoundError naming the
+    expected path and `PRD_DATA_DIR` when the split's file is missing."""
+    if split not in split_files:
+        raise ValueError(f"task {name!r} has no split {split!r}; allowed splits: {sorted(split_files)}")
+    root, source = paths._resolve(data_dir)
+    path = os.path.join(root, *split_files[split].split("/"))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{name} split {split!r}: expected file {path} not found (data dir {root} from {source}). "
+            f"Set the environment variable {paths.DATA_DIR_ENV} to the directory that holds it, or pass data_dir.")
+
+
+def ensure_files_task(name: str, split_files: Mapping[str, str], *, fields: Sequence[str] = REQUIRED_KEYS,
+                      id_key: str = "id", derived: Sequence[tuple] = (), data_dir: Optional[str] = None) -> Any:
+    """The seqio task `name` over JSONL `split_files` ({split: path under the data dir}),
+    registered when absent or when the data dir it would read (`data_dir`, else `paths` rules:
+    $PRD_DATA_DIR, then the default) differs from the one its source reads. Another
+    registration over the same builder and data dir (e.g. `seqio_tasks.register_tokenized`'s,
+    which adds tokenizing preprocessors) is kept."""
     import seqio
 
-    from prd_jax.data import tasks
+    from prd_jax.data import seqio_tasks, tfds_builders
 
-    source = tasks.ManualTfdsDataSource(BUILTIN_TASKS[name], data_dir=data_dir)
-    if name in seqio.TaskRegistry.names():
-        seqio.TaskRegistry.remove(name)
-    seqio.TaskRegistry.add(name, source=source, preprocessors=[], output_features={},
-                           metric_fns=[])
-
-
-def _ensure_builtin(name: str, data_dir: Optional[str]) -> Any:
-    """The registered built-in task `name`, registering it when absent or when the data dir
-    it would read (`data_dir`, else `paths` rules: $PRD_DATA_DIR, then the default) differs
-    from the one its source reads. Another registration of the same name (e.g.
-    `data.tasks.register_tasks`, which adds tokenizing preprocessors over the same source) is
-    kept when the data dirs match."""
-    import seqio
-
+    cls = tfds_builders.builder_class(name, split_files, fields, id_key, derived)
     want = _resolved(data_dir)
     if name in seqio.TaskRegistry.names():
         task = seqio.get_mixture_or_task(name)
         has = getattr(task.source, "_manual_data_dir", None)
-        if paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]:
+        if (getattr(task.source, "builder_cls", None) is cls
+                and paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]):
             return task
-    _register_builtin(name, want)
+    seqio_tasks.register_rows_task(name, cls, data_dir=want)
     return seqio.get_mixture_or_task(name)
 
 
-def register_builtin_tasks(data_dir: Optional[str] = None) -> list[str]:
-    """Register (or re-register) every built-in task over `data_dir`; returns their names."""
-    for name in BUILTIN_TASKS:
-        _register_builtin(name, _resolved(data_dir))
-    return list(BUILTIN_TASKS)
+def read_files(name: str, split_files: Mapping[str, str], split: str, *, limit: Optional[int] = None,
+               data_dir: Optional[str] = None, fields: Sequence[str] = REQUIRED_KEYS, id_key: str = "id",
+               derived: Sequence[tuple] = (), preprocess: bool = False) -> list[dict]:
+    """Rows of split `split` of the JSONL files `split_files`, through seqio task `name`
+    (`ensure_files_task`). Raises ValueError for an undeclared split (naming the allowed ones)
+    and FileNotFoundError naming the expected path when the split's file is missing."""
+    _check_limit(limit)
+    _check_file(name, split, split_files, _resolved(data_dir))
+    ensure_files_task(name, split_files, fields=fields, id_key=id_key, derived=derived, data_dir=data_dir)
+    return read(name, split, limit=limit, preprocess=preprocess)
 
 
-def _check_builtin_file(name: str, split: str, task: Any, data_dir: Optional[str]) -> None:
-    """Raise FileNotFoundError naming the JSONL path if the built-in split's file is missing."""
-    from prd_jax.data import tfds_builders
-
-    split_files = tfds_builders.builder_class(BUILTIN_TASKS[name]).SPLIT_FILES
-    if split not in split_files:
-        raise ValueError(f"task {name!r} has no split {split!r}; allowed splits: {sorted(split_files)}")
-    where = _resolved(data_dir) or getattr(task.source, "_manual_data_dir", None)
-    paths.dataset_file(split_files[split], where)
+def _check_limit(limit) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit={limit!r}; must be None or an int >= 0")
 
 
-def lookup(name: str, data_dir: Optional[str] = None) -> Any:
-    """The registered seqio Task or Mixture `name` (built-ins registered on first use).
+def lookup(name: str) -> Any:
+    """The registered seqio Task or Mixture `name`.
 
-    Raises ValueError naming `name` and the registered and built-in names if it is unknown.
+    Raises ValueError naming `name` and the registered names if it is unknown.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"seqio task name={name!r}; must be a non-empty string")
     import seqio
 
-    if name in BUILTIN_TASKS:
-        return _ensure_builtin(name, data_dir)
     if name in seqio.TaskRegistry.names() or name in seqio.MixtureRegistry.names():
         return seqio.get_mixture_or_task(name)
-    known = sorted(set(BUILTIN_TASKS) | set(seqio.TaskRegistry.names())
-                   | set(seqio.MixtureRegistry.names()))
-    raise ValueError(f"unknown seqio task or mixture {name!r}; allowed names (built-in and "
-                     f"registered): {known}")
+    known = sorted(set(seqio.TaskRegistry.names()) | set(seqio.MixtureRegistry.names()))
+    raise ValueError(f"unknown seqio task or mixture {name!r}; allowed names (registered): {known}. A task "
+                     "plug-in's data is read through the task (prd_jax.tasks.get_task(name).problems)")
 
 
 def to_python(value: Any) -> Any:
@@ -146,11 +131,11 @@ def to_python(value: Any) -> Any:
     return value
 
 
-def splits(name: str, data_dir: Optional[str] = None) -> tuple[str, ...]:
+def splits(name: str) -> tuple[str, ...]:
     """The splits `read` accepts for `name`: a task's splits, or those every task of a mixture has."""
     import seqio
 
-    provider = lookup(name, data_dir)
+    provider = lookup(name)
     if isinstance(provider, seqio.Mixture):
         common = set.intersection(*(set(t.splits) for t in provider.tasks))
         return tuple(sorted(common))
@@ -171,22 +156,16 @@ def _task_rows(task: Any, split: str, limit: Optional[int], preprocess: bool) ->
     return [to_python(ex) for ex in ds.as_numpy_iterator()]
 
 
-def read(name: str, split: str, *, limit: Optional[int] = None, data_dir: Optional[str] = None,
-         preprocess: bool = False) -> list[dict]:
-    """Rows of seqio task or mixture `name`'s `split`, in source order (module docstring).
+def read(name: str, split: str, *, limit: Optional[int] = None, preprocess: bool = False) -> list[dict]:
+    """Rows of registered seqio task or mixture `name`'s `split`, in source order (module docstring).
 
-    `limit` caps the number of rows (None: all). `data_dir` is the benchmark data dir for the
-    built-in tasks (default: `paths.data_dir` rules). Raises ValueError for an unknown name or
-    split (naming the allowed ones) and FileNotFoundError, naming the expected JSONL path, when
-    a built-in task's file is missing.
+    `limit` caps the number of rows (None: all). Raises ValueError for an unknown name or split,
+    naming the allowed ones.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit={limit!r}; must be None or an int >= 0")
+    _check_limit(limit)
     if not isinstance(split, str) or not split:
         raise ValueError(f"split={split!r}; must be a non-empty string such as 'train' or 'test'")
-    provider = lookup(name, data_dir)
-    if name in BUILTIN_TASKS:
-        _check_builtin_file(name, split, provider, data_dir)
+    provider = lookup(name)
     if limit == 0:
         return []
     import seqio

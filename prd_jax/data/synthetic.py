@@ -437,7 +437,7 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
     "solve": inputs = SOLVE prompt, targets = gold CoT. kind "pdr": inputs = PDR_TOPK prompt
     with k candidates (num_wrong drawn from `num_wrong` per example), targets = gold CoT.
     `render_inputs` maps the user text to the model's input text (e.g. a chat template).
-    Features as in `data.tasks`: `inputs` without EOS, `targets` with EOS, plus `id`,
+    Features as in `data.seqio_tasks`: `inputs` without EOS, `targets` with EOS, plus `id`,
     `answer` and the `*_pretokenized` strings. `vocabulary` is a seqio.Vocabulary, e.g.
     `data.vocab.HFVocabulary(CharVocab())`. `templates` names the prompt set
     (`prompts.TEMPLATE_SETS`).

@@ -1,4 +1,5 @@
-"""Task plug-ins (issue 14 §1): one module per family, looked up by name.
+"""Task plug-ins (issue 14 §1, issue 35 §1): one module per family, looked up by name; the one
+way data enters eval, SFT and RL.
 
     from prd_jax.tasks import get_task
     task = get_task("humaneval")          # or gsm8k, math500, aime2024, aime2025, hmmt_feb2025,
@@ -6,39 +7,55 @@
     rows = task.problems(limit=4)
     task.grade(rows[0], completion)       # {"reward", "correct", "parsed", ...}
 
-`base` holds `Task` and the registry; `math`, `humaneval`, `synthetic`, `livecodebench`,
-`codecontests` and `hmmt` register the builtin tasks on import (`contest` is the code-contest
-tasks' shared grading); `grading` holds the operators' host callbacks (`TaskGrader`,
-`TaskGrouper`); `rows` reads data through the data layer. No JAX or TensorFlow is imported.
+`base` holds `Task` and the registry; `source` the data declarations (`JsonlFiles`,
+`SeqioData`); `math`, `humaneval`, `synthetic`, `livecodebench`, `codecontests` and `hmmt`
+register the builtin tasks on import (`contest` is the code-contest tasks' shared grading);
+`grading` holds the operators' host callbacks (`TaskGrader`, `TaskGrouper`); `rows` reads
+publishers' files. No JAX or TensorFlow is imported.
 """
 
 from prd_jax.tasks.base import TASKS, Task, get_task, register_task, task_names
+from prd_jax.tasks.source import JsonlFiles, SeqioData
 from prd_jax.tasks import humaneval, math, synthetic  # noqa: F401  (register the builtin tasks)
 from prd_jax.tasks import codecontests, hmmt, livecodebench  # noqa: F401,E402  (contest and HMMT tasks)
-from prd_jax.tasks.math import DATASET_TASKS
+
+# Config fields that named data beside the task, and what replaced them (issue 35 §1).
+REMOVED_FIELDS = {
+    "dataset": "config.task (the task declares its data; config.split picks the split)",
+    "data.source": "config.task (problems for RL, traces for a synthetic SFT task); SFT chat traces: "
+                   "config.data.path; seqio data: config.data.mixture",
+    "data.family": "config.task (a synthetic family: modchain, modinverse, preimage)",
+}
+
+
+def _has(config, dotted: str) -> bool:
+    node = config
+    for part in dotted.split("."):
+        if not hasattr(node, "get") or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def check_removed_fields(config) -> None:
+    """Raise ValueError naming each removed data field a config still sets, and its replacement."""
+    used = [f for f in REMOVED_FIELDS if _has(config, f)]
+    if used:
+        raise ValueError("; ".join(f"config.{f} was removed: use {REMOVED_FIELDS[f]}" for f in used)
+                         + f". Tasks: {task_names()}")
 
 
 def task_for_config(config) -> Task:
-    """The task a config selects: `config.task` when set, else the one its data implies (an
-    eval config's `dataset`, a training config's synthetic `data.family` or `data.source`),
-    so existing configs keep their behaviour. Raises naming the field and the allowed values."""
+    """The task `config.task` names (required: the task is the one way data enters). Raises
+    ValueError naming `config.task` and the allowed tasks when unset or unknown, and naming the
+    new field when the config still uses a removed one (`REMOVED_FIELDS`)."""
+    check_removed_fields(config)
     name = config.get("task") if hasattr(config, "get") else None
-    if name:
-        return get_task(name)
-    dataset = config.get("dataset") if hasattr(config, "get") else None
-    data = config.get("data") if hasattr(config, "get") else None
-    if not dataset and data is not None:
-        source = data.get("source")
-        dataset = data.get("family", "modchain") if source == "synthetic" else (data.get("mixture") or source)
-    if dataset in DATASET_TASKS:
-        return get_task(DATASET_TASKS[dataset])
-    if dataset in TASKS:
-        return get_task(dataset)
-    by_seqio = [t for t in TASKS.values() if t.seqio_task and t.seqio_task == dataset]
-    if by_seqio:
-        return by_seqio[0]
-    raise ValueError(f"config.task is unset and the data ({dataset!r}) implies no task; set config.task to one "
-                     f"of {task_names()}")
+    if not name:
+        raise ValueError(f"config.task is unset; set it to one of {task_names()} (or register a task: "
+                         "docs/extending.md, \"A task\")")
+    return get_task(name)
 
 
-__all__ = ["TASKS", "Task", "get_task", "register_task", "task_for_config", "task_names"]
+__all__ = ["TASKS", "JsonlFiles", "REMOVED_FIELDS", "SeqioData", "Task", "check_removed_fields", "get_task",
+           "register_task", "task_for_config", "task_names"]

@@ -3,7 +3,8 @@
 A task family declares everything the eval harness, the operators' host callbacks and the
 RL loops need to know about a domain:
 
-- `seqio_task`: its data, a registered seqio task name (`problems` reads it; see `rows`);
+- `source`: its data, declared once (`tasks.source`: `JsonlFiles` per split, or `SeqioData`, a
+  registered seqio task or mixture); `problems` reads it, and eval, SFT and RL ask `problems`;
 - `templates`: the prompt template set its prompts use (`prompts.TEMPLATE_SETS`);
 - `judge_domain` and `judge_templates`: what its judges assess and their template roles;
 - `extract(completion)`: the final artifact (boxed answer, last fenced program) or None;
@@ -15,17 +16,17 @@ RL loops need to know about a domain:
 - `oracle(row, completion) -> bool` for `oracle_*` selectors (default: `grade`'s `correct`);
 - `answer_key(completion)`: the key majority voting groups on (None: no answer).
 
-A user adds a task with one module: subclass `Task` (or instantiate one) and call
-`register_task`. docs/extending.md ("A task") has a worked example.
+A user adds a task with one module: subclass `Task` (or instantiate one with a `source`) and
+call `register_task`. docs/extending.md ("A task") has the recipe; tests/jsonl_benchmark_task.py
+is a JSONL benchmark in one file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Hashable, Optional, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
 from prd_jax import prompts
-from prd_jax.tasks.rows import read_rows
 
 __all__ = ["TASKS", "Task", "get_task", "register_task", "task_names"]
 
@@ -35,7 +36,7 @@ class Task:
     """One task family (see the module docstring). Subclasses override the methods."""
 
     name: str
-    seqio_task: str = ""
+    source: Any = None  # tasks.source.JsonlFiles / SeqioData, or None when `problems` is overridden
     templates: str = "default"
     judge_domain: str = "math"
     default_split: str = "test"
@@ -43,8 +44,14 @@ class Task:
     # -- data
     def problems(self, split: Optional[str] = None, limit: Optional[int] = None,
                  data_dir: Optional[str] = None) -> list:
-        """Rows of this task's data (dicts of python str/int with at least `id` and `problem`)."""
-        return read_rows(self.seqio_task, split or self.default_split, limit=limit, data_dir=data_dir)
+        """Rows of this task's data (dicts of python str/int with at least `id` and `problem`): split
+        `split` (None: `default_split`) of its `source`, at most `limit` rows, in source order."""
+        if self.source is None:
+            raise NotImplementedError(f"task {self.name!r} declares no source; give it source=JsonlFiles(...) or "
+                                      "SeqioData(...) (prd_jax.tasks.source), or override problems()")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit={limit!r}; allowed: None or an int >= 0")
+        return self.source.rows(self.name, split or self.default_split, limit=limit, data_dir=data_dir)
 
     def problem_text(self, row: dict) -> str:
         """The text filled into the templates' `{problem}` slot."""

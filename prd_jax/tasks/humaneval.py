@@ -25,8 +25,9 @@ from typing import Optional, Sequence
 
 from prd_jax.rewards.code import count_tests, evaluate_many, parse_source
 from prd_jax.tasks.base import Task, register_task
+from prd_jax.tasks.source import JsonlFiles
 
-__all__ = ["CodeTask", "HUMANEVAL", "REWARD_MODES", "extract_program", "normalize_program"]
+__all__ = ["CodeTask", "HUMANEVAL", "HUMANEVAL_FIELDS", "REWARD_MODES", "extract_program", "normalize_program"]
 
 REWARD_MODES = ("fraction", "all_pass")
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\r?\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -154,4 +155,10 @@ def _full(code: str, row: dict) -> bool:
         return "def " + row["entry_point"] in code
 
 
-HUMANEVAL = register_task(CodeTask("humaneval", seqio_task="prd_humaneval", templates="code", judge_domain="code"))
+# Data: code/humaneval.jsonl under the data dir, its five fields kept verbatim, plus id = answer =
+# task_id and problem = prompt, so code rows fit the problem layout too.
+HUMANEVAL_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+HUMANEVAL = register_task(CodeTask(
+    "humaneval", templates="code", judge_domain="code",
+    source=JsonlFiles({"test": "code/humaneval.jsonl"}, fields=HUMANEVAL_FIELDS, id_key="task_id",
+                      derived={"id": "task_id", "problem": "prompt", "answer": "task_id"})))

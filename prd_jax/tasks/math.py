@@ -4,7 +4,9 @@ Artifact: the final answer (`rewards.math.extract_answer`: last `\\boxed{}`, "th
 `####`, last number). Reward: 1.0 when it is equivalent to the gold answer under
 `rewards.math.is_equivalent` (math-verify), else 0.0; the oracle is the same grade; majority
 voting groups on the normalised answer (`rewards.math.normalize_answer`). Prompts: the
-"default" template set, judges `pairwise_math` / `pointwise_math`.
+"default" template set, judges `pairwise_math` / `pointwise_math`. Data: each task's JSONL
+files under the data dir (`tasks.source.JsonlFiles`), e.g. `math/gsm8k_train.jsonl` for gsm8k's
+"train" split.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Optional, Sequence
 from prd_jax.rewards.math import extract_answer, grade_detailed, normalize_answer
 from prd_jax.rewards.pool import parallel_map
 from prd_jax.tasks.base import Task, register_task
+from prd_jax.tasks.source import JsonlFiles
 
 __all__ = ["MathTask", "GSM8K", "MATH500", "AIME2024", "AIME2025"]
 
@@ -45,11 +48,8 @@ class MathTask(Task):
         return None if answer is None else normalize_answer(answer)
 
 
-GSM8K = register_task(MathTask("gsm8k", seqio_task="prd_gsm8k", default_split="test"))
-MATH500 = register_task(MathTask("math500", seqio_task="prd_math500"))
-AIME2024 = register_task(MathTask("aime2024", seqio_task="prd_aime2024"))
-AIME2025 = register_task(MathTask("aime2025", seqio_task="prd_aime2025"))
-
-# benchmark file names of `data.paths.DATASETS` -> task (the default task of a math config)
-DATASET_TASKS = {"gsm8k_train": "gsm8k", "gsm8k_test": "gsm8k", "math500": "math500",
-                 "aime2024": "aime2024", "aime2025": "aime2025"}
+GSM8K = register_task(MathTask("gsm8k", source=JsonlFiles({"train": "math/gsm8k_train.jsonl",
+                                                              "test": "math/gsm8k_test.jsonl"})))
+MATH500 = register_task(MathTask("math500", source=JsonlFiles({"test": "math/math500.jsonl"})))
+AIME2024 = register_task(MathTask("aime2024", source=JsonlFiles({"test": "math/aime2024.jsonl"})))
+AIME2025 = register_task(MathTask("aime2025", source=JsonlFiles({"test": "math/aime2025.jsonl"})))

@@ -1,9 +1,5 @@
-"""Problem rows of a task's data, as python dicts (the one place tasks load data).
-
-`read_rows(seqio_task, split)` reads through the data layer's `prd_jax.data.seqio_rows.read`
-(seqio is the one data path, issue 14 §4). `seqio_rows` imports seqio (and TensorFlow) only
-when it reads, so TensorFlow stays out of the import path of the model, sampler, operators
-and train step.
+"""Published benchmark files as python dicts, for tasks that read their publisher's files
+(JSONL, JSON or parquet) rather than a declared `tasks.source` (JSONL per split, or seqio).
 
 `read_published(patterns, data_dir)` reads a benchmark's files as their publisher ships them
 (JSONL, JSON or parquet; LiveCodeBench, CodeContests, MathArena), from the data dir
@@ -18,18 +14,11 @@ import json
 import os
 from typing import Optional, Sequence
 
-from prd_jax.data import paths, seqio_rows
+from prd_jax.data import paths
 
-__all__ = ["read_published", "read_records", "read_rows"]
+__all__ = ["read_published", "read_records"]
 
 FORMATS = (".jsonl", ".json", ".parquet")
-
-
-def read_rows(name: str, split: str, *, limit: Optional[int] = None, data_dir: Optional[str] = None) -> list:
-    """Rows of seqio task or mixture `name`, split `split`, at most `limit`, in source order."""
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit={limit!r}; allowed: None or an int >= 0")
-    return seqio_rows.read(name, split, limit=limit, data_dir=data_dir)
 
 
 def read_records(path: str) -> list:

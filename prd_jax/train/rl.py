@@ -35,16 +35,13 @@ from prd_jax.model.weights import param_shardings
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import build_spec, operator_for
 from prd_jax.operators.specs import OperatorSpec, Sampling
-from prd_jax.rewards.math import grade
 from prd_jax.sampling import SamplingConfig
-from prd_jax.tasks import task_for_config
-from prd_jax.tasks.math import MathTask
 from prd_jax.train import advantages as adv_lib, operator_rl
 from prd_jax.train.chunked_xent import chunked_token_logprobs
 from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale,
                                   aux_sft_term, check_choice, k3_kl, policy_loss)
 from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
-from prd_jax.train.setup import build_model, rl_problems
+from prd_jax.train.setup import build_model, rl_problems, training_task
 
 GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
@@ -262,33 +259,25 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
     return loss
 
 
-def _math_reward(text: str, answer: str) -> float:
-    return float(grade(text, answer))
-
-
 CODE_REWARDS = ("fraction", "all_pass")
 
 
 class TaskReward:
     """The generator reward of the run's task (`prd_jax.tasks`): `(completion, gold key) -> float`.
 
-    `grades(texts, keys)` grades a batch at once (code: `rewards.code.evaluate_many`, bounded
-    parallelism) and returns dicts with `reward` and `correct`; `correct` (all tests pass for
-    code) labels the auxiliary-SFT rows and the verifier's candidates. Math tasks grade through
-    the module hook `_math_reward` (reward = correct), looked up at call time. The gold key is
-    `task.gold_key(row)` (math: the answer; code: the task id of a row given here)."""
+    `grades(texts, keys)` grades a batch at once through `task.grade_many` (math: math-verify,
+    code: `rewards.code.evaluate_many`, bounded parallelism) and returns dicts with `reward` and
+    `correct`; `correct` (all tests pass for code) labels the auxiliary-SFT rows and the
+    verifier's candidates. The gold key is `task.gold_key(row)` (math: the answer; code: the
+    task id), and `task.row_for_key` recovers the row to grade against from the rows given here."""
 
     def __init__(self, task, rows=()):
         self.task = task
-        self.is_math = isinstance(task, MathTask)
         self.rows = {task.gold_key(r): r for r in rows}
 
     def grades(self, texts, keys) -> list:
         if len(texts) != len(keys):
             raise ValueError(f"{len(texts)} completions but {len(keys)} gold keys")
-        if self.is_math:
-            rewards = [_math_reward(t, k) for t, k in zip(texts, keys)]
-            return [{"reward": r, "correct": r} for r in rewards]
         rows = [self.task.row_for_key(k, self.rows) for k in keys]
         return [{"reward": float(g["reward"]), "correct": float(g["correct"])}
                 for g in self.task.grade_many(rows, list(texts))]
@@ -301,8 +290,8 @@ class TaskReward:
 
 
 def run_task(config, rl: "RLConfig"):
-    """The task an RL config trains on (`tasks.task_for_config`), its code reward mode applied."""
-    task = task_for_config(config)
+    """The task an RL config trains on (`setup.training_task`), its code reward mode applied."""
+    task = training_task(config)
     if "reward_mode" in task.__dataclass_fields__:
         task = task.options(reward_mode=rl.code_reward)
     return task
@@ -326,12 +315,8 @@ class RLStage:
         self.problems, self.skipped = [], 0
         if not load_data:
             rows = []
-        elif config.get("task"):  # config.task names the data too (tasks.Task.problems)
-            data = config.get("data") or {}
-            rows = task.problems(config.get("task_split") or None, limit=data.get("num_train") or None,
-                                 data_dir=data.get("data_dir") or None)
-        else:
-            rows = rl_problems(config)
+        else:  # the task is the one way data enters (issue 35 §1)
+            rows = rl_problems(config, task)
         for row in rows:
             text = task.problem_text(row)
             ids = self.prompt_ids(text)

@@ -5,17 +5,19 @@ Config fields (see `configs/sft/tiny.py` for a complete example):
   fields), `model.init`: "random" (from scratch), "pretrained" (`prd_jax.model.load`) or
   "checkpoint" (params of the latest step in `model.init_workdir`, e.g. an SFT run);
 - `tokenizer`: "char" (`data.synthetic.CharVocab`, for from-scratch models) or "model";
-- data, always read through seqio (`data.seqio_rows.read`):
-  - `data.mixture` (optional): the name of a registered seqio task or mixture; when set it
-    wins over `data.source`. `data.module` (optional: a module name, or several separated by
-    commas) is imported first, so a module that registers the task on import is enough:
-    `data.module="my_pkg.my_tasks"`, `data.mixture="my_task"`. Splits: `data.split`
-    (default "train") and, for SFT, `data.eval_split` (default "validation"; no held-out loss
-    when the task lacks that split).
-  - `data.source`: "synthetic" (the verifiable task of `data.synthetic`, registered as a
-    seqio task per config), "jsonl" (a trace dir `data.path` with train.jsonl /
-    validation.jsonl chat traces, see `data.chat_traces`, read through its TFDS builder) or a
-    benchmark name of `data.paths.DATASETS` ("gsm8k_train", "math500", ...: problems, RL only).
+- the task, `config.task` (`prd_jax.tasks`): RL's problems, grader and reward; every stage asks
+  the task for its problems (`training_task`). `config.task_split` picks RL's split (default
+  "train"), `data.num_train` caps its rows (> 0), `data.data_dir` is the data dir. A synthetic
+  family (`tasks.synthetic.DrawnTask`) draws with `config.seed` and `data.difficulty`.
+- SFT data, first match: `data.mixture`, a registered seqio task or mixture (`data.module`, a
+  module name or several separated by commas, is imported first, so a module that registers the
+  task on import is enough; splits `data.split`, default "train", and `data.eval_split`, default
+  "validation", no held-out loss when the task lacks it); `data.path`, a trace dir with
+  train.jsonl / validation.jsonl chat traces (`data.chat_traces`, read through its TFDS
+  builder); else the synthetic task's traces (`data.synthetic.sft_traces`). For RL,
+  `data.mixture` replaces the task's source (its rows, the task's grading).
+- `data.source`, `data.family` and an eval's `dataset` were removed (issue 35 §1); a config that
+  still sets one gets an error naming the field that replaced it (`tasks.REMOVED_FIELDS`).
 
 What an SFT task must output (each row is checked; an error names the row and the fields):
 - the completion as text: `targets` (a str), or `targets_pretokenized` (preferred when present,
@@ -28,7 +30,7 @@ vocabulary, if any, is not used. Mixture rates are not applied: every task of a 
 all its rows (the SFT iterator shuffles them per epoch).
 
 An RL task or mixture must output text `problem` and `answer` (and `id`), as the built-in
-`prd_gsm8k`, `prd_math500`, ... tasks do.
+tasks' JSONL files do.
 
 Importing this module does not load TensorFlow: `data.seqio_rows` loads seqio (and TF) on
 its first read.
@@ -37,7 +39,6 @@ its first read.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -54,8 +55,8 @@ from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.loader import load, smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax.model.weights import param_shardings
-from prd_jax.tasks import get_task
-from prd_jax.tasks.synthetic import SyntheticTask
+from prd_jax.tasks import SeqioData, check_removed_fields, task_for_config
+from prd_jax.tasks.synthetic import DrawnTask
 
 log = logging.getLogger(__name__)
 
@@ -137,27 +138,27 @@ def checkpoint_params(workdir: str, cfg: ModelConfig, mesh):
     return jax.device_put(host, param_shardings(cfg, mesh))
 
 
-def synthetic_rows(data, seed: int, n: int) -> list:
-    """The `n` synthetic problems of `data` (family, difficulty) drawn with `seed`, in order:
-    the rows the seqio task `synthetic_problems_task` serves (tests check the two agree)."""
-    return synthetic.generate(n, seed, tuple(data.difficulty), family=data.get("family", "modchain"))
+def synthetic_rows(data, seed: int, n: int, family: str) -> list:
+    """The `n` synthetic problems of `family` at `data.difficulty`, drawn with `seed`, in order:
+    the problems a synthetic task's RL stage and SFT traces draw (`training_task`)."""
+    return synthetic.generate(n, seed, tuple(data.difficulty), family=family)
 
 
-def synthetic_traces(rng, problem, data, templates: str) -> list:
+def synthetic_traces(rng, problem, data, templates: str, family: str = "modchain") -> list:
     """SFT rows of one synthetic problem (`data.synthetic.sft_traces`): its single-pass trace,
     then, each with its probability, a PDR refine trace (`data.pdr_fraction`; `data.pdr_k`
     candidates, 0..k of them wrong, uniformly), an SR refine trace (`data.sr_fraction`) and a
     pairwise judge trace (`data.judge_fraction`)."""
-    return synthetic.sft_traces(rng, problem, templates=templates, **_trace_settings(data))
+    return synthetic.sft_traces(rng, problem, templates=templates, **_trace_settings(data, family))
 
 
-def _trace_settings(data) -> dict:
+def _trace_settings(data, family: str) -> dict:
     """The `synthetic.sft_traces` keywords of `data`; the "preimage" family adds its draft knobs
     (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate, drafts, ranking)
     where set."""
     out = {"pdr_fraction": data.pdr_fraction, "pdr_k": data.pdr_k,
            "sr_fraction": data.get("sr_fraction", 0.0), "judge_fraction": data.get("judge_fraction", 0.0)}
-    if data.get("family", "modchain") == preimage.FAMILY:
+    if family == preimage.FAMILY:
         out.update({k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None})
     return out
 
@@ -166,89 +167,61 @@ def _digest(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
-def synthetic_problems_task(data, seed: int, n: int) -> str:
-    """Register the seqio task of `synthetic_rows(data, seed, n)` (split "train"); its name
-    carries a digest of the settings, so different configs never share a task."""
-    settings = {"family": data.get("family", "modchain"), "difficulty": list(data.difficulty),
-                "seed": int(seed), "n": int(n)}
-    name = f"prd_synthetic_problems_{_digest(settings)}"
-    return synthetic.register_problems_task(name, {"train": (n, seed)}, tuple(data.difficulty),
-                                            family=settings["family"])
-
-
-def synthetic_sft_task(config, templates: str) -> str:
+def synthetic_sft_task(config, templates: str, family: str) -> str:
     """Register the seqio SFT task of a synthetic config: splits "train" (`data.num_train`
     problems, seed `config.seed`) and "validation" (`data.num_eval`, seed + 10_000), text
     `inputs`/`targets` (`data.synthetic.sft_split_rows`)."""
     data = config.data
     settings = {"seed": int(config.seed), "num_train": int(data.num_train),
                 "num_eval": int(data.get("num_eval", 0)), "difficulty": list(data.difficulty),
-                "family": data.get("family", "modchain"), "templates": templates, **_trace_settings(data)}
+                "family": family, "templates": templates, **_trace_settings(data, family)}
     name = f"prd_synthetic_sft_{_digest(settings)}"
     return synthetic.register_sft_task(name, settings["seed"], settings["num_train"], settings["num_eval"],
                                        tuple(data.difficulty), settings["family"], templates,
-                                       **_trace_settings(data))
+                                       **_trace_settings(data, family))
 
 
-def import_task_modules(data) -> list:
-    """Import `data.module` (one module name, or several separated by commas) so that the
-    seqio tasks it registers on import exist; returns the imported names."""
-    spec = data.get("module") or ""
-    if not isinstance(spec, str):
-        raise ValueError(f"config.data.module={spec!r}; must be a module name string (or names separated by commas)")
-    names = [m.strip() for m in spec.split(",") if m.strip()]
-    for module in names:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise ValueError(f"config.data.module={spec!r}: cannot import {module!r} ({e}); give an importable "
-                             "module that registers the seqio task named by config.data.mixture") from e
-    return names
-
-
-def with_task_family(config):
-    """`config` with `data.family` set from `config.task` when the task is a synthetic family
-    (`tasks.synthetic`): the task selects what SFT traces and RL problems are drawn from. A
-    synthetic data source with a non-synthetic task raises, naming both fields."""
-    name = config.get("task")
-    if not name or config.data.get("mixture") or config.data.get("source") != "synthetic":
-        return config
-    task = get_task(name)
-    if not isinstance(task, SyntheticTask):
-        raise ValueError(f"config.task={name!r} is not a synthetic family but config.data.source='synthetic'; "
-                         f"set config.data.source (or data.mixture) to {name!r}'s data")
-    if config.data.get("family", task.family) == task.family:
-        return config
-    out = config.copy_and_resolve_references()
-    with out.unlocked():
-        out.data.family = task.family
-    return out
+def training_task(config):
+    """The task a training config names (`tasks.task_for_config`: `config.task`, required), with
+    its data as the config sets it: `data.mixture` (+ `data.module`) replaces its source by that
+    seqio task or mixture; a synthetic family (`DrawnTask`) draws with `config.seed` and
+    `data.difficulty`."""
+    task = task_for_config(config)
+    data = config.get("data") or {}
+    if data.get("mixture"):
+        source = SeqioData(data.mixture, data.get("module") or "")
+        source.import_modules("config.data.module")
+        task = task.options(source=source)
+    if isinstance(task, DrawnTask):
+        opts = {"seed": int(config.get("seed") or 0)}
+        if data.get("difficulty") is not None:
+            opts["difficulty"] = tuple(data.difficulty)
+        task = task.options(**opts)
+    return task
 
 
 def sft_task(config) -> tuple[str, str, Optional[str]]:
-    """(seqio task or mixture name, train split, held-out split or None) for SFT: registers
-    the synthetic or jsonl task, or imports `data.module` for `data.mixture` (module docstring).
-    A synthetic `config.task` selects the family (`with_task_family`)."""
-    config = with_task_family(config)
+    """(seqio task or mixture name, train split, held-out split or None) for SFT (module
+    docstring): `data.mixture` (its modules imported), the chat traces of `data.path`, or the
+    synthetic traces of `config.task`'s family, registered as a seqio task."""
+    check_removed_fields(config)
     data = config.data
-    mixture = data.get("mixture") or ""
-    if mixture:
-        import_task_modules(data)
-        name, split, eval_split = mixture, data.get("split") or "train", data.get("eval_split", "validation")
-    elif data.source == "synthetic":
-        templates = data.get("templates", "default")
-        if templates not in prompts.TEMPLATE_SETS:
-            raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(prompts.TEMPLATE_SETS)}")
-        name, split, eval_split = synthetic_sft_task(config, templates), "train", "validation"
-    elif data.source == "jsonl":
-        if not data.get("path"):
-            raise ValueError("config.data.source='jsonl' needs config.data.path: a directory with train.jsonl "
-                             "(and optionally validation.jsonl)")
+    if data.get("mixture"):
+        SeqioData(data.mixture, data.get("module") or "").import_modules("config.data.module")
+        name, split, eval_split = data.mixture, data.get("split") or "train", data.get("eval_split", "validation")
+    elif data.get("path"):
         name = chat_traces.register_chat_text_task(data.path, validation_fraction=data.get("validation_fraction", 0.05))
         split, eval_split = "train", "validation"
     else:
-        raise ValueError(f"config.data.source={data.source!r} for SFT; allowed: 'synthetic', 'jsonl' "
-                         "(or set config.data.mixture to a registered seqio task or mixture)")
+        task = training_task(config)
+        if not isinstance(task, DrawnTask):
+            raise ValueError(f"config.task={task.name!r} makes no SFT traces; SFT reads config.data.mixture (a seqio "
+                             "task or mixture), config.data.path (a chat-trace dir) or a synthetic task's traces "
+                             f"(config.task one of {sorted(synthetic.FAMILIES)})")
+        templates = data.get("templates", "default")
+        if templates not in prompts.TEMPLATE_SETS:
+            raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(prompts.TEMPLATE_SETS)}")
+        name, split, eval_split = synthetic_sft_task(config, templates, task.family), "train", "validation"
     if split not in seqio_rows.splits(name):
         raise ValueError(f"config.data.split={split!r}: seqio task {name!r} has splits {sorted(seqio_rows.splits(name))}")
     if eval_split and eval_split not in seqio_rows.splits(name):
@@ -268,29 +241,18 @@ def sft_examples(config, tokenizer) -> tuple[list, list]:
     return train, held_out
 
 
-def rl_problems(config) -> list:
-    """Problems {id, problem, answer, ...} for RL rollouts from `config.data`, read through seqio:
-    `data.mixture` (split `data.split`, default "train"), the synthetic task, or a benchmark
-    (`data.source` in `paths.DATASETS`; at most `data.num_train` rows when that is > 0). A
-    synthetic `config.task` selects the family (`with_task_family`)."""
-    config = with_task_family(config)
-    data = config.data
-    limit = data.get("num_train") or None
-    if data.get("mixture"):
-        import_task_modules(data)
-        name, split = data.mixture, data.get("split") or "train"
-        rows = seqio_rows.read(name, split, limit=limit, data_dir=data.get("data_dir") or None)
-    elif data.source == "synthetic":
-        rows = seqio_rows.read(synthetic_problems_task(data, config.seed, data.num_train), "train")
-    elif data.source in seqio_rows.DATASET_TASKS:
-        name, split = seqio_rows.DATASET_TASKS[data.source]
-        rows = seqio_rows.read(name, split, limit=limit, data_dir=data.get("data_dir") or None)
-    else:
-        raise ValueError(f"config.data.source={data.source!r} for RL; allowed: 'synthetic', "
-                         f"{sorted(seqio_rows.DATASET_TASKS)} (or set config.data.mixture)")
+def rl_problems(config, task=None) -> list:
+    """Problems {id, problem, answer, ...} for RL rollouts: the task's (`training_task`, or `task`
+    when given), split `config.task_split` (with `data.mixture`: `data.split`; default "train"),
+    at most `data.num_train` rows when that is > 0, from `data.data_dir`."""
+    task = training_task(config) if task is None else task
+    data = config.get("data") or {}
+    split = (data.get("split") if data.get("mixture") else config.get("task_split")) or "train"
+    rows = task.problems(split, limit=data.get("num_train") or None, data_dir=data.get("data_dir") or None)
     for i, row in enumerate(rows[:1]):
-        missing = [k for k in ("problem", "answer") if not isinstance(row.get(k), str)]
-        if missing:
-            raise ValueError(f"RL rows need text fields 'problem' and 'answer'; row {i} of the data has "
-                             f"fields {sorted(row)} (missing {missing})")
+        try:
+            task.problem_text(row), task.gold_key(row)
+        except KeyError as e:
+            raise ValueError(f"RL rows of task {task.name!r}: row {i} has fields {sorted(row)}, but the task reads "
+                             f"field {e} (its problem_text / gold_key)") from None
     return rows

@@ -1,15 +1,15 @@
-"""Tokenized seqio Tasks over the TFDS builders: `prd_gsm8k`, `prd_math500`, `prd_aime2024`, ...
+"""seqio Tasks over the JSONL TFDS builders (`tfds_builders`): the rows a task's `JsonlFiles`
+source reads, and their tokenized form.
 
-(`seqio_rows` registers the same names without preprocessors, for reading rows; either
-registration serves the same source.)
-
-    from prd_jax.data import tasks, vocab
-    names = tasks.register_tasks(vocab.HFVocabulary(tokenizer))
-    ds = seqio.get_mixture_or_task("prd_gsm8k").get_dataset(
+    from prd_jax.data import seqio_tasks, tfds_builders, vocab
+    cls = tfds_builders.builder_class("prd_aime2024", {"test": "math/aime2024.jsonl"})
+    seqio_tasks.register_rows_task("prd_aime2024", cls)             # source fields, no preprocessors
+    seqio_tasks.register_tokenized(vocab.HFVocabulary(tokenizer), ["prd_aime2024"])
+    ds = seqio.get_mixture_or_task("prd_aime2024").get_dataset(
         sequence_length=None, split="test", shuffle=False)
 
-Each example has `inputs` (the problem, optionally rendered through a prompt template) and
-`targets` (the gold answer followed by EOS) as int32 token ids, plus `inputs_pretokenized`,
+A tokenized example has `inputs` (the problem, optionally rendered through a prompt template)
+and `targets` (the gold answer followed by EOS) as int32 token ids, plus `inputs_pretokenized`,
 `targets_pretokenized` and `id` as strings.
 
 Data source: a `seqio.TfdsDataSource` reading the prepared TFDS dataset from the TFDS data
@@ -18,27 +18,21 @@ dir (`paths.tfds_dir`). Plain `TfdsDataSource` would prepare a missing dataset t
 here opens in read-only mode and prepares the dataset itself, lazily, on first use, with the
 configured data dir as manual dir (see `tfds_builders.prepare`). Registering is therefore
 cheap and needs no data; the first `get_dataset` of a task prepares it once per TFDS dir.
+
+(`prd_jax.tasks` holds the task plug-ins, which grade; the seqio tasks here only serve rows.)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import seqio
 
 from prd_jax.data import paths, tfds_builders
 from prd_jax.data._tf import tf
 
-__all__ = ["TASK_PREFIX", "TASKS", "PromptTemplate", "ManualTfdsDataSource", "problem_to_text",
-           "register_tasks"]
-
-TASK_PREFIX = "prd_"
-
-# seqio task name -> (benchmark builder short name, splits).
-TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    f"{TASK_PREFIX}{short}": (short, tuple(cls.SPLIT_FILES))
-    for short, cls in tfds_builders.BUILDERS.items()
-}
+__all__ = ["PromptTemplate", "ManualTfdsDataSource", "problem_to_text", "register_rows_task",
+           "register_tokenized"]
 
 # A format string containing "{problem}" (rendered in TF ops), or a str -> str callable
 # (run through tf.numpy_function), or None for the bare problem text.
@@ -48,14 +42,14 @@ PromptTemplate = Union[str, Callable[[str], str], None]
 class ManualTfdsDataSource(seqio.TfdsDataSource):
     """A read-only `TfdsDataSource` that first prepares its builder from the manual (data) dir."""
 
-    def __init__(self, builder_name: str, *, data_dir: Optional[str] = None,
+    def __init__(self, builder_cls: type, *, data_dir: Optional[str] = None,
                  tfds_dir: Optional[str] = None, splits: Optional[tuple[str, ...]] = None):
-        cls = tfds_builders.builder_class(builder_name)
+        self.builder_cls = builder_cls
         self._manual_data_dir = data_dir
         self._prepared = False
-        super().__init__(tfds_name=f"{cls.name}:{cls.VERSION}",
+        super().__init__(tfds_name=f"{builder_cls.name}:{builder_cls.VERSION}",
                          tfds_data_dir=paths.tfds_dir(tfds_dir),
-                         splits=splits or tuple(cls.SPLIT_FILES),
+                         splits=splits or tuple(s for s, _ in builder_cls.SPLIT_FILES),
                          read_only=True)
 
     def _ensure_prepared(self) -> None:
@@ -76,6 +70,17 @@ class ManualTfdsDataSource(seqio.TfdsDataSource):
     def list_shards(self, split: str):
         self._ensure_prepared()
         return super().list_shards(split)
+
+
+def register_rows_task(name: str, builder_cls: type, data_dir: Optional[str] = None,
+                       tfds_dir: Optional[str] = None) -> str:
+    """Register (or re-register) seqio task `name` over `builder_cls`'s prepared data, with no
+    preprocessors and no output features (rows as the source yields them). Returns `name`."""
+    source = ManualTfdsDataSource(builder_cls, data_dir=data_dir, tfds_dir=tfds_dir)
+    if name in seqio.TaskRegistry.names():
+        seqio.TaskRegistry.remove(name)
+    seqio.TaskRegistry.add(name, source=source, preprocessors=[], output_features={}, metric_fns=[])
+    return name
 
 
 def _render_fn(template: PromptTemplate) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -113,27 +118,23 @@ def problem_to_text(prompt_template: PromptTemplate = None):
     return preprocess
 
 
-def register_tasks(vocabulary: seqio.Vocabulary, data_dir: Optional[str] = None,
-                   tfds_dir: Optional[str] = None,
-                   prompt_template: PromptTemplate = None) -> list[str]:
-    """Register (or re-register) the `prd_*` tasks in `seqio.TaskRegistry`; returns their names.
-
-    Idempotent: an existing task of the same name is replaced, so the latest arguments win.
-    `data_dir` is the JSONL data dir (see `paths.data_dir`), `tfds_dir` where prepared TFDS
-    datasets live (see `paths.tfds_dir`). `inputs` get no EOS; `targets` end with EOS.
-    """
+def register_tokenized(vocabulary: seqio.Vocabulary, names: Sequence[str],
+                       prompt_template: PromptTemplate = None) -> list[str]:
+    """Re-register each registered seqio task of `names` (e.g. those `register_rows_task` made,
+    which a task's `JsonlFiles` source registers on first read) over its same source, with
+    tokenizing preprocessors: `inputs` get no EOS, `targets` end with EOS. Idempotent; the
+    latest arguments win. Returns `names`."""
     output_features = {
         "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=False, dtype=tf.int32),
         "targets": seqio.Feature(vocabulary=vocabulary, add_eos=True, dtype=tf.int32),
     }
-    names = []
-    for task_name, (builder_name, splits) in TASKS.items():
-        source = ManualTfdsDataSource(builder_name, data_dir=data_dir, tfds_dir=tfds_dir,
-                                      splits=splits)
-        if task_name in seqio.TaskRegistry.names():
-            seqio.TaskRegistry.remove(task_name)
+    for name in names:
+        if name not in seqio.TaskRegistry.names():
+            raise ValueError(f"seqio task {name!r} is not registered; registered: {sorted(seqio.TaskRegistry.names())}")
+        source = seqio.get_mixture_or_task(name).source
+        seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
-            task_name,
+            name,
             source=source,
             preprocessors=[
                 problem_to_text(prompt_template),
@@ -143,5 +144,4 @@ def register_tasks(vocabulary: seqio.Vocabulary, data_dir: Optional[str] = None,
             output_features=output_features,
             metric_fns=[],
         )
-        names.append(task_name)
-    return names
+    return list(names)
