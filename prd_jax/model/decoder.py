@@ -5,6 +5,10 @@
 "Model"); the KV cache is `[L, B, S, K, Dh]` and travels in the
 scan carry so each step writes one token in place instead of copying the cache.
 
+The layer math lives in `prd_jax.model.layers` (`decoder_layer`), which both the scanned
+`Layer` and the unrolled decode step (`decode_step_groups`, below) call; this module holds
+the param declarations, the masks and caches, and the two attention cores.
+
 Cache semantics (left-padded rows): all rows share one write slot `cache.index`; row b's
 valid keys start at slot `cache.start[b]` (its left padding ends there). A call with T new
 tokens writes them at slots `index .. index+T-1` with one in-place `dynamic_update_slice`,
@@ -15,6 +19,7 @@ it would get alone. The returned cache has `index + T`.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional
 
@@ -25,10 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from prd_jax.mesh import named_sharding
 from prd_jax.model.attention import SAVED_NAMES, causal_block_attention
-from prd_jax.model.config import ModelConfig, RopeScaling, YarnScaling
-from prd_jax.model.moe import MoE, load_balancing_loss, moe_tokens
+from prd_jax.model.config import ModelConfig
+from prd_jax.model.layers import (apply_rope, constrain as _constrain, decoder_layer, embed_tokens, rms_norm,  # noqa: F401
+                                  rope_inv_freq, rope_tables)
+from prd_jax.model.moe import MoEParams, load_balancing_loss
 from prd_jax.model.sinks import sink_attention
 
 Array = jax.Array
@@ -69,62 +75,8 @@ def init_cache(cfg: ModelConfig, batch: int, capacity: int, dtype: Any = None) -
 CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 
-def _constrain(x: Array, names: tuple, mesh: Optional[Mesh]) -> Array:
-    if mesh is None:
-        return x
-    return jax.lax.with_sharding_constraint(x, named_sharding(names, mesh, x.shape))
-
-
-def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -> Array:
-    """RoPE inverse frequencies; with `scaling`, Llama-3.1's smooth low/high-frequency rule
-    (`RopeScaling`) or YaRN's ramp (`YarnScaling`)."""
-    inv = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    if scaling is None:
-        return inv
-    if isinstance(scaling, YarnScaling):
-        return _yarn_inv_freq(inv, head_dim, theta, scaling)
-    wavelen = 2 * math.pi / inv
-    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
-    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
-    smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
-        scaling.high_freq_factor - scaling.low_freq_factor)
-    mid = (1 - smooth) * inv / scaling.factor + smooth * inv
-    return jnp.where(wavelen < high_wavelen, inv, jnp.where(wavelen > low_wavelen, inv / scaling.factor, mid))
-
-
-def _yarn_inv_freq(inv: Array, head_dim: int, theta: float, s: YarnScaling) -> Array:
-    """YaRN (arXiv 2309.00071, Sec. 3.2): rotary pair i keeps `inv_i` where its wavelength fits
-    more than `beta_fast` times in the original context, is divided by `factor` where it fits
-    fewer than `beta_slow` times, with a linear ramp over i between the two."""
-    def dim_for(rotations):  # the pair index whose wavelength fits `rotations` times
-        return head_dim * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(theta))
-    low, high = dim_for(s.beta_fast), dim_for(s.beta_slow)
-    if s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, head_dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = jnp.clip((jnp.arange(head_dim // 2, dtype=jnp.float32) - low) / (high - low), 0, 1)
-    return inv / s.factor * ramp + inv * (1 - ramp)
-
-
-def rope_tables(cfg: ModelConfig, positions: Array) -> tuple:
-    """cos / sin `[..., Dh/2]` of `positions [...]` (times YaRN's attention factor, if any)."""
-    angles = positions.astype(jnp.float32)[..., None] * rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-    mscale = cfg.rope_scaling.mscale if isinstance(cfg.rope_scaling, YarnScaling) else 1.0
-    return jnp.cos(angles) * mscale, jnp.sin(angles) * mscale
-
-
-def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
-    """Rotate `x [B, T, N, Dh]` by position (half-split layout, as in HF Llama/Qwen)."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
-    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
-
-
 class RMSNorm(nn.Module):
-    """RMSNorm with a learned scale, computed in fp32."""
+    """RMSNorm with a learned scale (`layers.rms_norm`), computed in fp32."""
 
     eps: float
     param_dtype: Any = jnp.float32
@@ -134,9 +86,20 @@ class RMSNorm(nn.Module):
     def __call__(self, x: Array) -> Array:
         scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
                            (x.shape[-1],), self.param_dtype)
-        x32 = x.astype(jnp.float32)
-        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (y * scale.astype(jnp.float32)).astype(x.dtype)
+        return rms_norm(x, scale, self.eps)
+
+
+class NormScale(nn.Module):
+    """An RMSNorm's learned scale `[size]` (ones at init), for `layers.rms_norm` to apply."""
+
+    size: int
+    param_dtype: Any = jnp.float32
+    axis_name: str = "norm"
+
+    @nn.compact
+    def __call__(self) -> Array:
+        return self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+                          (self.size,), self.param_dtype)
 
 
 def _dense(module: nn.Module, name: str, shape: tuple, axes: tuple, cfg: ModelConfig, fan_in: int):
@@ -145,7 +108,8 @@ def _dense(module: nn.Module, name: str, shape: tuple, axes: tuple, cfg: ModelCo
 
 
 def _tokens(x: Array, w: Array) -> Array:
-    """`x [B, T, D_in] . w [D_in, ...]` -> `[B, T, ...]` as one `[B*T, D_in]` matmul.
+    """`x [B, T, D_in] . w [D_in, ...]` -> `[B, T, ...]` as one `[B*T, D_in]` matmul (the stacked
+    forward's `matmul` for `layers.decoder_layer`).
 
     With the batch and length axes merged, the weight gradient contracts a single token axis;
     XLA:CPU runs a two-axis contraction through transposes and a slower kernel (figures:
@@ -156,82 +120,80 @@ def _tokens(x: Array, w: Array) -> Array:
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with RoPE through `jax.nn.dot_product_attention`."""
+    """The attention block's params, as `layers.decoder_layer` weights in the compute dtype:
+    q `[D, N, Dh]`, k/v `[D, K, Dh]`, o `[N*Dh, D]` (stored `[N, Dh, D]`), and per family the
+    q/k/v biases, the o bias, the sink logits and the q/k norm scales."""
 
     cfg: ModelConfig
-    mesh: Optional[Mesh] = None
-    prefill: bool = False
 
     @nn.compact
-    def __call__(self, x, cos, sin, mask, cache_kv, write_index):
-        cfg, dt = self.cfg, _DTYPES[self.cfg.dtype]
+    def __call__(self) -> dict:
+        cfg, dt, pdt = self.cfg, _DTYPES[self.cfg.dtype], _DTYPES[self.cfg.param_dtype]
         d, n, k, h = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        wq = _dense(self, "q", (d, n, h), ("embed", "heads", "head_dim"), cfg, d)
-        wk = _dense(self, "k", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
-        wv = _dense(self, "v", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d)
-        wo = _dense(self, "o", (n, h, d), ("heads", "head_dim", "embed"), cfg, n * h)
-        b, t = x.shape[:2]
-        q, key, val = (_tokens(x, w.astype(dt)) for w in (wq, wk, wv))
+        p = {"q": _dense(self, "q", (d, n, h), ("embed", "heads", "head_dim"), cfg, d),
+             "k": _dense(self, "k", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d),
+             "v": _dense(self, "v", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, d),
+             "o": _dense(self, "o", (n, h, d), ("heads", "head_dim", "embed"), cfg, n * h).reshape(n * h, d)}
+        zeros = nn.initializers.zeros
         if cfg.qkv_bias:
-            zeros = nn.initializers.zeros
-            pdt = _DTYPES[cfg.param_dtype]
-            q = q + self.param("q_bias", nn.with_logical_partitioning(zeros, ("heads", "head_dim")), (n, h), pdt).astype(dt)
-            key = key + self.param("k_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
-            val = val + self.param("v_bias", nn.with_logical_partitioning(zeros, ("kv_heads", "head_dim")), (k, h), pdt).astype(dt)
-        sinks = None
+            for name, heads, axis in (("q", n, "heads"), ("k", k, "kv_heads"), ("v", k, "kv_heads")):
+                p[f"{name}_bias"] = self.param(f"{name}_bias", nn.with_logical_partitioning(zeros, (axis, "head_dim")),
+                                               (heads, h), pdt)
+        p = {name: w.astype(dt) for name, w in p.items()}
         if cfg.attn_sinks:
-            sinks = self.param("sinks", nn.with_logical_partitioning(nn.initializers.zeros, ("heads",)), (n,),
-                               _DTYPES[cfg.param_dtype])
+            p["sinks"] = self.param("sinks", nn.with_logical_partitioning(zeros, ("heads",)), (n,), pdt)
         if cfg.qk_norm:
-            q = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="q_norm")(q)
-            key = RMSNorm(cfg.rms_eps, _DTYPES[cfg.param_dtype], "head_dim", name="k_norm")(key)
-        q, key = apply_rope(q, cos, sin), apply_rope(key, cos, sin)
-        q = _constrain(q, ("batch", "length", "heads", "head_dim"), self.mesh)
-        if cache_kv is not None:
-            # Write the new tokens in place into the full [L, B, S, K, Dh] cache.
-            cache_k, cache_v, layer_idx = cache_kv
-            at = (layer_idx, 0, write_index, 0, 0)
-            cache_k = jax.lax.dynamic_update_slice(cache_k, key[None].astype(cache_k.dtype), at)
-            cache_v = jax.lax.dynamic_update_slice(cache_v, val[None].astype(cache_v.dtype), at)
-            if not self.prefill:  # decode reads the layer's whole cache; prefill only its own keys
-                key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
-            cache_kv = (cache_k, cache_v, layer_idx)
-        if sinks is not None:  # every path: `mask` is explicit [B, 1, T, S] here (`Decoder`)
-            out = sink_attention(q, key, val, mask, sinks, 1.0 / math.sqrt(h))
-        elif self.prefill:
-            out = prefill_attention(q, key, val, mask, 1.0 / math.sqrt(h))
-        elif cache_kv is None:
-            out = causal_block_attention(q, key, val, mask, 1.0 / math.sqrt(h), fused=cfg.remat_policy != "full")
-        else:
-            out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=1.0 / math.sqrt(h))
-        out = _constrain(out, ("batch", "length", "heads", "head_dim"), self.mesh)
-        out = _tokens(out.reshape(b, t, n * h), wo.reshape(n * h, d).astype(dt))
+            p["q_norm"] = NormScale(h, pdt, "head_dim", name="q_norm")()
+            p["k_norm"] = NormScale(h, pdt, "head_dim", name="k_norm")()
         if cfg.o_bias:
-            out = out + self.param("o_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)), (d,),
-                                   _DTYPES[cfg.param_dtype]).astype(dt)
-        return out, cache_kv
+            p["o_bias"] = self.param("o_bias", nn.with_logical_partitioning(zeros, ("embed",)), (d,), pdt).astype(dt)
+        return p
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+    """The SwiGLU feed-forward's params in the compute dtype: gate/up `[D, F]`, down `[F, D]`."""
 
     cfg: ModelConfig
-    mesh: Optional[Mesh] = None
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self) -> dict:
         cfg, dt = self.cfg, _DTYPES[self.cfg.dtype]
         d, f = cfg.hidden, cfg.intermediate
-        gate = _dense(self, "gate", (d, f), ("embed", "mlp"), cfg, d)
-        up = _dense(self, "up", (d, f), ("embed", "mlp"), cfg, d)
-        down = _dense(self, "down", (f, d), ("mlp", "embed"), cfg, f)
-        hid = jax.nn.silu(_tokens(x, gate.astype(dt))) * _tokens(x, up.astype(dt))
-        hid = _constrain(hid, ("batch", "length", "mlp"), self.mesh)
-        return _tokens(hid, down.astype(dt))
+        return {"gate": _dense(self, "gate", (d, f), ("embed", "mlp"), cfg, d).astype(dt),
+                "up": _dense(self, "up", (d, f), ("embed", "mlp"), cfg, d).astype(dt),
+                "down": _dense(self, "down", (f, d), ("mlp", "embed"), cfg, f).astype(dt)}
+
+
+def _stacked_attention(cfg: ModelConfig, mesh: Optional[Mesh], prefill: bool, mask, layer_kv, write_index,
+                       q: Array, key: Array, val: Array, sinks: Optional[Array]) -> tuple:
+    """The stacked forward's attention core (`layers.decoder_layer`'s `attend`): writes the new
+    keys/values in place into the full `[L, B, S, K, Dh]` cache (`layer_kv`, if any), then
+    runs the kernel for the call's kind. Returns (out `[B, T, N, Dh]`, the updated `layer_kv`)."""
+    dt, scale = _DTYPES[cfg.dtype], 1.0 / math.sqrt(cfg.head_dim)
+    q = _constrain(q, ("batch", "length", "heads", "head_dim"), mesh)
+    if layer_kv is not None:
+        cache_k, cache_v, layer_idx = layer_kv
+        at = (layer_idx, 0, write_index, 0, 0)
+        cache_k = jax.lax.dynamic_update_slice(cache_k, key[None].astype(cache_k.dtype), at)
+        cache_v = jax.lax.dynamic_update_slice(cache_v, val[None].astype(cache_v.dtype), at)
+        if not prefill:  # decode reads the layer's whole cache; prefill only its own keys
+            key, val = cache_k[layer_idx].astype(dt), cache_v[layer_idx].astype(dt)
+        layer_kv = (cache_k, cache_v, layer_idx)
+    if sinks is not None:  # every path: `mask` is explicit [B, 1, T, S] here (`Decoder`)
+        out = sink_attention(q, key, val, mask, sinks, scale)
+    elif prefill:
+        out = prefill_attention(q, key, val, mask, scale)
+    elif layer_kv is None:
+        out = causal_block_attention(q, key, val, mask, scale, fused=cfg.remat_policy != "full")
+    else:
+        out = jax.nn.dot_product_attention(q, key, val, mask=mask, scale=scale)
+    return _constrain(out, ("batch", "length", "heads", "head_dim"), mesh), layer_kv
 
 
 class Layer(nn.Module):
-    """One pre-norm decoder layer; the scan body. Carry: (x, cache_k, cache_v)."""
+    """One decoder layer (`layers.decoder_layer`); the scan body. Carry: (x, cache_k, cache_v).
+    Declares the layer's params (`attn_norm`, `attn`, `mlp_norm`, `mlp`) and sows the MoE
+    router's (logits, chosen) as intermediates."""
 
     cfg: ModelConfig
     mesh: Optional[Mesh] = None
@@ -240,22 +202,21 @@ class Layer(nn.Module):
     @nn.compact
     def __call__(self, carry, layer_idx, cos, sin, mask, write_index):
         x, cache_k, cache_v = carry
-        pdt = _DTYPES[self.cfg.param_dtype]
+        cfg, pdt = self.cfg, _DTYPES[self.cfg.param_dtype]
         if isinstance(mask, tuple):  # (full, sliding-window) masks: the layer's kind picks one
             full, window = mask
-            mask = jnp.where(jnp.asarray(self.cfg.sliding_layers)[layer_idx], window, full)
-        layer_kv = None if cache_k is None else (cache_k, cache_v, layer_idx)
-        h, layer_kv = Attention(self.cfg, self.mesh, self.prefill, name="attn")(
-            RMSNorm(self.cfg.rms_eps, pdt, name="attn_norm")(x), cos, sin, mask, layer_kv, write_index)
-        x = x + h
-        y = RMSNorm(self.cfg.rms_eps, pdt, name="mlp_norm")(x)
-        if self.cfg.is_moe:
-            y, router_logits, chosen = MoE(self.cfg, pdt, name="mlp")(y)
-            self.sow("intermediates", "router", (router_logits, chosen))
-            x = x + y
+            mask = jnp.where(jnp.asarray(cfg.sliding_layers)[layer_idx], window, full)
+        p = {"attn_norm": NormScale(cfg.hidden, pdt, name="attn_norm")(), **Attention(cfg, name="attn")(),
+             "mlp_norm": NormScale(cfg.hidden, pdt, name="mlp_norm")()}
+        if cfg.is_moe:
+            p["moe"] = MoEParams(cfg, pdt, name="mlp")()
         else:
-            x = x + MLP(self.cfg, self.mesh, name="mlp")(y)
-        x = _constrain(x, ("batch", "length", "embed"), self.mesh)
+            p.update(MLP(cfg, name="mlp")())
+        layer_kv = None if cache_k is None else (cache_k, cache_v, layer_idx)
+        attend = functools.partial(_stacked_attention, cfg, self.mesh, self.prefill, mask, layer_kv, write_index)
+        x, layer_kv, router = decoder_layer(cfg, p, x, cos, sin, attend, _tokens, self.mesh)
+        if router is not None:
+            self.sow("intermediates", "router", router)
         if cache_k is not None:
             cache_k, cache_v, _ = layer_kv
         return (x, cache_k, cache_v), None
@@ -279,9 +240,7 @@ class Decoder(nn.Module):
         cfg, dt, pdt = self.cfg, _DTYPES[self.cfg.dtype], _DTYPES[self.cfg.param_dtype]
         embed = self.param("embed", nn.with_logical_partitioning(
             nn.initializers.normal(stddev=1.0 / math.sqrt(cfg.hidden)), ("vocab", "embed")), (cfg.vocab_size, cfg.hidden), pdt)
-        # The lookup reads a replicated view of the table (one all-gather under a mesh).
-        x = jnp.take(_constrain(embed, (None, None), self.mesh), tokens, axis=0).astype(dt)  # [B, T, D]
-        x = _constrain(x, ("batch", "length", "embed"), self.mesh)
+        x = embed_tokens(embed, tokens, dt, self.mesh, ("batch", "length"))  # [B, T, D]
 
         cos, sin = rope_tables(cfg, positions)  # [B, T, Dh/2]
 
@@ -444,7 +403,8 @@ def init_params(cfg: ModelConfig, key: Array):
 # `decode_cache` splits the cache into per-layer keys `[B, K, Dh, S]` and values
 # `[B, K, S, Dh]`, so each step writes one slot of each in place and the scores run along
 # contiguous slots. The param tree is unchanged: these are derived views, built inside the
-# sampling program.
+# sampling program. Each layer still runs `layers.decoder_layer`, with output-major weights
+# (`_apply`) and the per-group cache attention as its `attend`.
 # ---------------------------------------------------------------------------------------
 
 
@@ -457,13 +417,14 @@ def can_fuse(mesh: Optional[Mesh]) -> bool:
 def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: Optional[bool] = None):
     """Per-layer decode weights from the stacked params, cast to the compute dtype.
 
-    Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm", "head"}`. Every
-    matrix is stored output-major, `[out, in]`, and applied by `_apply` (contracting its last
-    axis). Which form XLA:CPU runs faster depends on the host (docs/results/2026-12-01-decode-profile.md);
+    Returns `{"layers": (layer_0, ..., layer_{L-1}), "embed", "final_norm", "head"}`, each layer
+    a `layers.decoder_layer` weight dict. Every matrix is stored output-major, `[out, in]`, and
+    applied by `_apply` (contracting its last axis). Which form XLA:CPU runs faster depends on the host (docs/results/2026-12-01-decode-profile.md);
     one fixed layout keeps programs and rounding host-independent. The tied head
     is the embedding table itself (`[V, D]`, no copy). A layer has `attn_norm`, `mlp_norm`,
     `o` `[D, N*Dh]`, `down` `[D, F]` and either fused `qkv` `[(N+2K)*Dh, D]` and `gate_up`
-    `[2F, D]`, or separate `q`/`k`/`v`/`gate`/`up`.
+    `[2F, D]`, or separate `q`/`k`/`v`/`gate`/`up`; the family's biases, sinks and q/k norms
+    keep their param shapes (a mixture of experts keeps its params under `moe`).
     """
     dt = _DTYPES[cfg.dtype]
     fuse = can_fuse(mesh) if fuse is None else fuse
@@ -493,8 +454,7 @@ def decode_weights(cfg: ModelConfig, params, mesh: Optional[Mesh] = None, fuse: 
         if cfg.attn_sinks:
             layer["sinks"] = attn["sinks"][i]
         if cfg.qkv_bias:
-            layer["qkv_bias"] = jnp.concatenate([attn["q_bias"][i].reshape(-1), attn["k_bias"][i].reshape(-1),
-                                                 attn["v_bias"][i].reshape(-1)]).astype(dt)
+            layer.update({name: attn[name][i].astype(dt) for name in ("q_bias", "k_bias", "v_bias")})
         if cfg.qk_norm:
             layer["q_norm"], layer["k_norm"] = attn["q_norm"]["scale"][i], attn["k_norm"]["scale"][i]
         layers.append(layer)
@@ -595,17 +555,6 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
     return (probs[..., None] * cache_v.astype(f32)[:, :, None]).sum(axis=3)
 
 
-def _rms(x: Array, scale: Array, eps: float) -> Array:
-    x32 = x.astype(jnp.float32)
-    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (y * scale.astype(jnp.float32)).astype(x.dtype)
-
-
-def _rope_1(x: Array, cos: Array, sin: Array) -> Array:
-    """`apply_rope` for one token per row: x `[B, N, Dh]`, cos/sin `[B, Dh/2]`."""
-    return apply_rope(x[:, None], cos[:, None], sin[:, None])[:, 0]
-
-
 def decode_step(cfg: ModelConfig, weights, tokens: Array, positions: Array, caches: tuple,
                 start: Array, index: Array, *, mesh: Optional[Mesh] = None):
     """One token per row through the unrolled layers: `tokens [B]` at `positions [B]`.
@@ -635,8 +584,7 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
     n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     g = n // k
     b = tokens.shape[0]
-    x = jnp.take(_constrain(weights["embed"], (None, None), mesh), tokens, axis=0).astype(dt)  # [B, D]
-    x = _constrain(x, ("batch", "embed"), mesh)
+    x = embed_tokens(weights["embed"], tokens, dt, mesh, ("batch",))  # [B, D]
     cos, sin = rope_tables(cfg, positions)  # [B, Dh/2]
     bounds, masks = [0], {}
     for caches, start, index in groups:
@@ -659,56 +607,31 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
     scale = 1.0 / math.sqrt(h)
     new_caches = [[] for _ in groups]
     for i, layer in enumerate(weights["layers"]):
-        y = _rms(x, layer["attn_norm"], cfg.rms_eps)
-        if "qkv" in layer:
-            qkv = _apply(y, layer["qkv"])
-            if "qkv_bias" in layer:
-                qkv = qkv + layer["qkv_bias"]
-            q, key, val = jnp.split(qkv, [n * h, (n + k) * h], axis=-1)
-        else:
-            q, key, val = _apply(y, layer["q"]), _apply(y, layer["k"]), _apply(y, layer["v"])
-            if "qkv_bias" in layer:
-                bq, bk, bv = jnp.split(layer["qkv_bias"], [n * h, (n + k) * h])
-                q, key, val = q + bq, key + bk, val + bv
-        q, key, val = q.reshape(b, n, h), key.reshape(b, k, h), val.reshape(b, k, h)
-        if "q_norm" in layer:
-            q, key = _rms(q, layer["q_norm"], cfg.rms_eps), _rms(key, layer["k_norm"], cfg.rms_eps)
-        q, key = _rope_1(q, cos, sin), _rope_1(key, cos, sin)
-        q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
-        outs = []
-        for j, (caches, _, index) in enumerate(groups):
-            rows = slice(bounds[j], bounds[j + 1])
-            cache_k, cache_v = caches[i]
-            size, window = cache_v.shape[2], cfg.layer_window(i)
-            slot = index if window is None else jnp.mod(index, size)  # a sliding layer's ring slot
-            if jnp.ndim(slot):  # one write slot per row
-                own = jnp.arange(cache_v.shape[0])
-                cache_k = cache_k.at[own, :, :, slot].set(key[rows].astype(cache_k.dtype), unique_indices=True)
-                cache_v = cache_v.at[own, :, slot].set(val[rows].astype(cache_v.dtype), unique_indices=True)
-            else:
-                cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
-                                                       (0, 0, 0, slot))
-                cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype),
-                                                       (0, 0, slot, 0))
-            new_caches[j].append((cache_k, cache_v))
-            outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale,
-                                        layer.get("sinks")))
-        out = (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt).reshape(b, n * h)
-        x = x + _apply(out, layer["o"])
-        if "o_bias" in layer:
-            x = x + layer["o_bias"]
-        y = _rms(x, layer["mlp_norm"], cfg.rms_eps)
-        if "moe" in layer:
-            y, _, _ = moe_tokens(y, layer["moe"], cfg.experts_per_token, cfg.swiglu_limit, cfg.swiglu_alpha,
-                                 cfg.moe_dispatch)
-            x = _constrain(x + y, ("batch", "embed"), mesh)
-            continue
-        if "gate_up" in layer:
-            gate, up = jnp.split(_apply(y, layer["gate_up"]), 2, axis=-1)
-        else:
-            gate, up = _apply(y, layer["gate"]), _apply(y, layer["up"])
-        hid = _constrain(jax.nn.silu(gate) * up, ("batch", "mlp"), mesh)
-        x = _constrain(x + _apply(hid, layer["down"]), ("batch", "embed"), mesh)
-    x = _rms(x, weights["final_norm"], cfg.rms_eps)
+        def attend(q, key, val, sinks, i=i):
+            """Write each group's key/value slot of layer i, attend over the group's cache."""
+            q = q.reshape(b, k, g, h)  # head n = kv_head * G + g (grouped-query attention)
+            outs, layer_caches = [], []
+            for j, (caches, _, index) in enumerate(groups):
+                rows = slice(bounds[j], bounds[j + 1])
+                cache_k, cache_v = caches[i]
+                size, window = cache_v.shape[2], cfg.layer_window(i)
+                slot = index if window is None else jnp.mod(index, size)  # a sliding layer's ring slot
+                if jnp.ndim(slot):  # one write slot per row
+                    own = jnp.arange(cache_v.shape[0])
+                    cache_k = cache_k.at[own, :, :, slot].set(key[rows].astype(cache_k.dtype), unique_indices=True)
+                    cache_v = cache_v.at[own, :, slot].set(val[rows].astype(cache_v.dtype), unique_indices=True)
+                else:
+                    cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
+                                                           (0, 0, 0, slot))
+                    cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype),
+                                                           (0, 0, slot, 0))
+                layer_caches.append((cache_k, cache_v))
+                outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale, sinks))
+            return (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt), layer_caches
+
+        x, layer_caches, _ = decoder_layer(cfg, layer, x, cos, sin, attend, _apply, mesh, ("batch",))
+        for j, kv in enumerate(layer_caches):
+            new_caches[j].append(kv)
+    x = rms_norm(x, weights["final_norm"], cfg.rms_eps)
     logits = _apply(x, weights["head"], jnp.float32)
     return _constrain(logits, ("batch", "vocab"), mesh), tuple(tuple(c) for c in new_caches)

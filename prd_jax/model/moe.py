@@ -117,17 +117,15 @@ def load_balancing_loss(logits: Array, chosen: Array, num_experts: int,
     return loss * count, count
 
 
-class MoE(nn.Module):
-    """The MoE feed-forward as a Flax module over `[B, T, D]` (params as in the module docstring).
-
-    Returns (output `[B, T, D]`, router logits `[B*T, E]`, chosen experts `[B*T, k]`).
-    """
+class MoEParams(nn.Module):
+    """The MoE feed-forward's params for one layer (names, shapes and logical axes as in the
+    module docstring), as a dict in `param_dtype`; `layers.feed_forward` runs them."""
 
     cfg: object
     param_dtype: object = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array):
+    def __call__(self) -> dict:
         cfg = self.cfg
         d, f, e = cfg.hidden, cfg.intermediate, cfg.num_experts
         shapes = {"router": (d, e), "router_bias": (e,), "gate_up": (e, d, 2 * f), "gate_up_bias": (e, 2 * f),
@@ -139,7 +137,4 @@ class MoE(nn.Module):
                     else nn.initializers.zeros)
             p[name] = self.param(name, nn.with_logical_partitioning(init, EXPERT_AXES[name]), shape,
                                  self.param_dtype)
-        b, t, _ = x.shape
-        out, logits, chosen = moe_tokens(x.reshape(b * t, d), p, cfg.experts_per_token, cfg.swiglu_limit,
-                                         cfg.swiglu_alpha, cfg.moe_dispatch)
-        return out.reshape(b, t, d), logits, chosen
+        return p
