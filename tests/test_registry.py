@@ -96,8 +96,8 @@ def test_eval_runs_the_test_operator_from_a_config_entry(tmp_path):
     from prd_jax.evaluate import evaluate
 
     config = ml_collections.ConfigDict(dict(
-        task="gsm8k", model="tiny", model_path="", templates="compact", temperature=1.0, top_p=1.0,
-        top_k=0, seed=0, batch_size=2, k_samples=2, max_problem_tokens=32, num_problems=2, enable_thinking=None,
+        task="gsm8k", model="tiny", model_path="", templates="compact", sampling=dict(temperature=1.0, top_p=1.0),
+        seed=0, batch_size=2, k_samples=2, max_problem_tokens=32, num_problems=2, enable_thinking=None,
         operators=[dict(type="sc_refine", n=3, max_new_tokens=6, candidate_max_tokens=6, truncation_head=2)]))
     rows = [{"id": "p0", "problem": "1+2=?", "answer": "3"}, {"id": "p1", "problem": "2+2=?", "answer": "4"}]
     (table,) = evaluate(config, str(tmp_path / "ev"), model=_tiny_model(), rows=rows, progress=False)

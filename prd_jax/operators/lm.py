@@ -6,7 +6,6 @@ two methods, so budgets can be checked against hand-computed token counts.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import flax
@@ -26,10 +25,8 @@ class ModelLM:
     cfg: ModelConfig = flax.struct.field(pytree_node=False)
     pad_id: int = flax.struct.field(pytree_node=False, default=0)
     mesh: Optional[Mesh] = flax.struct.field(pytree_node=False, default=None)
-    max_rows: int = flax.struct.field(pytree_node=False, default=0)  # next_logits row chunks; 0 = all
-    # > 0: every generate call compacts finished rows (B -> B/2 -> ... down to this many rows;
-    # `SamplingConfig.compact_min_rows`). Same tokens per row; the cost follows the live rows.
-    compact_min_rows: int = flax.struct.field(pytree_node=False, default=0)
+    # next_logits row chunks (0 = all); generate calls take theirs from the call's SamplingConfig
+    max_rows: int = flax.struct.field(pytree_node=False, default=0)
 
     def generate(self, prompts, lengths, keys, scfg: sampling.SamplingConfig,
                  fanout: bool = True, name: str = "model call", live=None) -> sampling.SampleOutput:
@@ -39,8 +36,6 @@ class ModelLM:
         `max_new_tokens` exceeds the model context (`check_context`). `live [B]` (rows that
         are real calls) matters to remote LMs only: in-graph every row is computed."""
         check_context(self.cfg, name, prompts.shape[1], scfg.max_new_tokens)
-        if self.compact_min_rows and not scfg.compact_min_rows:
-            scfg = dataclasses.replace(scfg, compact_min_rows=self.compact_min_rows)
         return sampling.generate(self.cfg, self.params, prompts, lengths, keys,
                                  jnp.int32(scfg.max_new_tokens), scfg, gen_len=scfg.max_new_tokens,
                                  pad_id=self.pad_id, fanout=fanout, mesh=self.mesh)
