@@ -26,12 +26,14 @@ The arg picks the hardware and with it the mesh (`MESHES`) and the gradient accu
 grad_accum_steps = batch_size / (data * fsdp) (computed from the mesh below): each
 microbatch holds one 32768-token sequence per batch shard, i.e. 4 microbatches of 16
 sequences on v5p-128 and 32 of 2 on 8xh200. Attention runs in query blocks
-(`prd_jax.model.attention.causal_block_attention`), but its mask is a dense [T, T] boolean
-per sequence (1 GiB at T = 32768) and, under full remat, the blocks' fp32 scores
-[heads / tensor, 128 x G, <= T] are formed again in the backward; at T = 32768 tensor=4
-keeps each device to 8 of the 32 query heads. The compiled step's memory per device is in
-the fit rows of `prd-jax compile` (the commands below; docs/scaling.md, "Will it fit?"): on 8xh200 105.12 of 139.93 GB per device (2026-12-03,
-docs/results/2026-12-03-sft-qwen3-8b-fit.md, which also says where the v5p-128 row stands).
+(`prd_jax.model.attention.causal_block_attention`, 16 scanned groups of 16 blocks at
+T = 32768), but its mask is a dense [T, T] boolean per sequence (1 GiB at T = 32768) and,
+under full remat, each block's fp32 scores [heads / tensor, 128 x G, <= T] are formed again
+in the backward; at T = 32768 tensor=4 keeps each device to 8 of the 32 query heads. The
+compiled step's memory per device is in the fit rows of `prd-jax compile` (the commands
+below; docs/scaling.md, "Will it fit?"): v5p-128 in docs/results/2026-12-03-aot-fit-2.md,
+8xh200 (compiled before the attention's query blocks were scanned) in
+docs/results/2026-12-03-sft-qwen3-8b-fit.md.
 
 Command to run (weights: a local copy of the HF repo Qwen/Qwen3-8B-Base; traces: a directory
 with train.jsonl [+ validation.jsonl], see `prd_jax.data.chat_traces`):
