@@ -16,6 +16,7 @@ The workdir may be local or a URI (gs://...; `prd_jax.fileio`). On several proce
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -28,8 +29,8 @@ from tqdm import tqdm
 
 from prd_jax import fileio
 from prd_jax.backends import for_eval
-from prd_jax.backends.config import BackendConfig
 from prd_jax.config_io import save_config
+from prd_jax.eval_config import EvalConfig
 from prd_jax.host import is_main, on_main, to_host
 from prd_jax.mesh import init_distributed, make_mesh
 from prd_jax.model import load
@@ -37,7 +38,7 @@ from prd_jax.operators import registry
 from prd_jax.plots import pareto_plot
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
-from prd_jax.operators.specs import Sampling
+from prd_jax.sampling import Sampling
 from prd_jax.prompts import template_set
 from prd_jax.tasks import get_task, task_for_config
 from prd_jax.tasks.grading import TaskGrader, TaskGrouper
@@ -53,38 +54,22 @@ def build_spec(entry: dict):
     return registry.build_spec(entry)
 
 
-RUN_SETTINGS = ("model", "model_path", "dataset", "task", "temperature", "top_p", "top_k", "seed", "max_problem_tokens",
-                "templates", "enable_thinking")
+def eval_sampling(ec: EvalConfig, stop_ids) -> Sampling:
+    """The sampling every operator call of an eval run shares: `config.sampling` (the one
+    sampling config: T, top-p, top-k and the sampler's cost options, none of which changes
+    a row's tokens) with the tokenizer's stop ids."""
+    return dataclasses.replace(ec.sampling, stop_ids=tuple(stop_ids))
 
 
-def eval_sampling(config, stop_ids) -> Sampling:
-    """The sampling every operator call of an eval run shares: `temperature`, `top_p`, `top_k`,
-    and the sampler's cost knobs `max_rows_per_call`, `compact_min_rows`, `compact_ratio`,
-    `prefill_groups`, `cache_window` (`sampling.SamplingConfig`; none changes a row's tokens)."""
-    return Sampling(config.temperature, config.top_p, config.get("top_k", 0), tuple(stop_ids),
-                    config.get("max_rows_per_call", 0), config.get("compact_min_rows", 0),
-                    config.get("prefill_groups", 0), config.get("compact_ratio", 0.5), config.get("cache_window", 0))
-
-
-def model_overrides(config) -> dict:
-    """ModelConfig overrides an eval config asks for: `dtype` (the paper configs compute in bf16)
-    and `enable_thinking` (the chat template's thinking switch; unset: the template's default)."""
-    out = {"dtype": config.dtype} if config.get("dtype") else {}
-    if config.get("enable_thinking") is not None:
-        out["enable_thinking"] = config.enable_thinking
-    return out
-
-
-def check_settings(config, workdir: str) -> None:
+def check_settings(ec: EvalConfig, workdir: str) -> None:
     """Resume only under the settings the workdir's rows were made with (`settings.json`).
 
     Result rows are keyed by (problem, operator, sample); sampling settings are not in that
     key, so a rerun with, say, another temperature must not reuse them. Raises naming the
     fields that differ (on every process; process 0 reads or writes the file)."""
-    now = {k: config.get(k) for k in RUN_SETTINGS}
-    backend = BackendConfig.from_config(config.get("backend"))
-    if backend.remote:  # in-graph rows keep their old settings.json (no "backend" key)
-        now["backend"] = backend.settings()
+    now = ec.settings()
+    if ec.backend.remote:  # in-graph rows keep their old settings.json (no "backend" key)
+        now["backend"] = ec.backend.settings()
     path = os.path.join(workdir, "settings.json")
 
     def read_or_write():
@@ -230,9 +215,11 @@ def eval_task(config):
 
 def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
     """Run `config.operators` on `config.task`'s problems (or the given `rows`); write results,
-    summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh."""
+    summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh.
+    `config` is checked once here (`EvalConfig`); its typed parts go down."""
     task = eval_task(config)  # the data, grading, oracle and majority key (first: names removed data fields)
-    templates = config.get("templates") or task.templates
+    ec = EvalConfig.from_config(config)
+    templates = ec.templates or task.templates
     template_set(templates)  # an unknown set fails before any work
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
 
@@ -240,40 +227,39 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     main = is_main()
     if main:
         fileio.makedirs(workdir)
-    check_settings(config, workdir)
+    check_settings(ec, workdir)
     save_config(config, workdir)
-    specs = [build_spec(dict(e)) for e in config.operators]
+    specs = [build_spec(dict(e)) for e in ec.operators]
     if rows is None:  # the task is the one way data enters (issue 35 §1)
-        rows = task.problems(config.get("split") or None, limit=config.num_problems,
-                             data_dir=config.get("data_dir") or None)
-    backend = BackendConfig.from_config(config.get("backend"))
+        rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
+    backend = ec.backend
     if backend.remote:
-        lm, tok = for_eval.eval_lm(config, backend, workdir, progress and main)
+        lm, tok = for_eval.eval_lm(ec, backend, workdir, progress and main)
     elif model is None:
         # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
-        mesh = make_mesh(config.get("mesh") or None) if config.get("mesh") or jax.process_count() > 1 else None
-        model = load(config.model, config.get("model_path") or None, mesh=mesh, **model_overrides(config))
+        mesh = make_mesh(ec.mesh or None) if ec.mesh or jax.process_count() > 1 else None
+        model = load(ec.model, ec.model_path or None, mesh=mesh, **ec.model_overrides())
     if not backend.remote:
         tok = model.tokenizer
-        lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, config.get("max_rows_per_call", 0))
-    sampling = eval_sampling(config, tok.stop_ids)
+        lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, ec.sampling.max_rows)
+    sampling = eval_sampling(ec, tok.stop_ids)
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
-    batch = config.batch_size
-    total = len(specs) * config.k_samples * -(-len(rows) // batch)
+    batch = ec.batch_size
+    total = len(specs) * ec.k_samples * -(-len(rows) // batch)
     bar = tqdm(total=total, desc="eval", disable=not (progress and main), dynamic_ncols=True)
     chunks = []  # tokenized once, shared by every operator
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
         chunks.append((start, chunk, *encode_problems(
             tok, [task.problem_text(r) for r in chunk], [task.gold_key(r) for r in chunk],
-            config.max_problem_tokens, width=config.max_problem_tokens)))
+            ec.max_problem_tokens, width=ec.max_problem_tokens)))
     with (fileio.open(results_path, "a") if main else open(os.devnull, "w")) as out:  # written by process 0
         for op_index, spec in enumerate(specs):
             ctx = _context(tok, sampling, spec.kappa, spec.k_max, templates, task)
             ctx.grader.add_rows(rows)  # the oracle looks rows up by gold key (code: the task id)
             for start, chunk, probs, kept, skipped in chunks:
-                for sample in range(config.k_samples):
+                for sample in range(ec.k_samples):
                     bar.update(1)
                     todo = [j for j in range(len(chunk)) if (chunk[j]["id"], spec.label, sample) not in done]
                     if not todo:
@@ -285,7 +271,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                               "sample": sample, "skipped": reason}) + "\n")
                     if kept:
                         # One key per (operator, problem, sample): results do not depend on batching.
-                        op_key = jax.random.fold_in(jax.random.key(config.seed), op_index)
+                        op_key = jax.random.fold_in(jax.random.key(ec.seed), op_index)
                         keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
                         keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
                         if backend.remote:
@@ -315,9 +301,9 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)
-        fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {config.model}\n\n{md}\n")
+        fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {ec.model}\n\n{md}\n")
         print(md)
-        pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({config.model})")
+        pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({ec.model})")
     return table
 
 
