@@ -142,6 +142,7 @@ def test_the_cap_is_never_passed(cap, wave2):
     assert b_total == [N * (2 + m + 1) for m in wave2]
 
 
+@pytest.mark.slow
 def test_with_disagreeing_drafts_it_is_pdr_over_the_same_drafts():
     from prd_jax.operators.specs import PDR
 
@@ -281,6 +282,7 @@ class SeededLM:
         return jnp.zeros((prompts.shape[0], 256))
 
 
+@pytest.mark.slow
 def test_remote_token_mode_equals_in_graph_and_sends_only_the_calls_that_ran():
     from prd_jax.backends.config import BackendConfig
     from prd_jax.backends.remote_lm import RemoteHost, RemoteLM

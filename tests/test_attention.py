@@ -48,6 +48,7 @@ def test_block_groups_cover_the_sequence():
 
 
 @pytest.mark.parametrize("t,block,max_groups", [(24, 2, 3), (26, 4, 2), (17, 3, 4)])
+@pytest.mark.slow
 def test_scanned_groups_equal_softmax_reference(t, block, max_groups):
     """Several blocks per group (a lax.scan), a short last block, G = 2 query heads per kv
     head: output and q/k/v gradients equal the reference under each mask, for the written-out
@@ -70,6 +71,7 @@ def test_scanned_groups_equal_softmax_reference(t, block, max_groups):
                 np.testing.assert_allclose(got, ref_g, atol=2e-5, err_msg=f"{name} fused={fused}")
 
 
+@pytest.mark.slow
 def test_program_size_does_not_grow_with_length():
     """With the groups saturated, 4x the length gives the same number of top-level jaxpr
     equations for the forward and gradient (each group's blocks are one scan), while the

@@ -192,6 +192,7 @@ def test_verify_digest_catches_flipped_bytes(tmp_path, params, caplog):
     assert "checkpoint step 20: state sha256" in caplog.text  # caught by the digest check
 
 
+@pytest.mark.slow
 def test_mesh_sharded_save_restores_on_one_device(tmp_path, params):
     mesh = make_mesh("data=2,fsdp=2,tensor=2")
     sharded = jax.device_put(params, param_shardings(CFG, mesh))

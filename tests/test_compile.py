@@ -72,6 +72,7 @@ def test_tiny_pdr_compiles_for_v5e_2x2():
     assert train.aliased > 0  # the donated train state is aliased to the output
 
 
+@pytest.mark.slow
 def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
     """configs/rl/qwen3_8b_pdr.py states its prompt and row widths; recompute them from the code."""
     import re
@@ -119,6 +120,7 @@ def test_largest_budgets_keeps_one_spec_per_group():
                     PDR(schedule=(8, 1), k=2, max_new_tokens=8)]
 
 
+@pytest.mark.slow
 def test_eval_estimate_counts_every_budgeted_call():
     """`prd-jax compile --estimate`: generated tokens by hand, tournament judge calls included."""
     import jax

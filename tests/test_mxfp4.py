@@ -106,6 +106,7 @@ def mxfp4_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+@pytest.mark.slow
 def test_mxfp4_load_equals_reference(mxfp4_dir, param_dtype):
     """Every expert weight of every layer equals the reference dequantiser's (exactly: E2M1
     values times powers of two are exact in fp32 and bf16)."""

@@ -103,6 +103,7 @@ def test_sr_budget(error_analysis):
     assert int(res.truncations[0]) == 2  # both refine prompts cut the 9-token answer to 6
 
 
+@pytest.mark.slow
 def test_a_final_stop_token_counts_in_its_call_but_is_not_quoted():
     from prd_jax.operators.calls import strip_stop
 

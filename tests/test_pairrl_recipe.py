@@ -88,6 +88,7 @@ def _toy_problem():
     return state, micro, loss_fn, opt
 
 
+@pytest.mark.slow
 def test_second_minibatch_update_sees_a_moved_ratio_and_clips():
     import functools
 
@@ -213,6 +214,7 @@ def _start(config, cfg, mesh):
     return state.params, state.rng
 
 
+@pytest.mark.slow
 def test_pointrl_rows_and_group_baseline_on_the_stage(spread_reward):
     stage, config, cfg, mesh = _stage("tiny_pointrl", ["--config.rl.verifier_pointwise_per_prompt=2"])
     params, rng = _start(config, cfg, mesh)
@@ -266,6 +268,7 @@ def test_frozen_base_candidates_come_from_the_initial_params(spread_reward):
         np.testing.assert_array_equal(np.asarray(a), b)
 
 
+@pytest.mark.slow
 def test_policy_mode_quotes_the_step_rollouts(spread_reward):
     stage, config, cfg, mesh = _stage("tiny_pairrl")
     params, rng = _start(config, cfg, mesh)

@@ -96,6 +96,7 @@ def _micro(batch, rows):
 
 @pytest.mark.parametrize("normaliser", ["correct_token_mean", "policy"])
 @pytest.mark.parametrize("lower_clip", [False, True])
+@pytest.mark.slow
 def test_rl_loss_by_hand(model_batch, normaliser, lower_clip):
     params, batch, logp = model_batch
     w, adv, correct = batch["weights"], batch["advantages"], batch["correct"]

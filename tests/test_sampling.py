@@ -39,6 +39,7 @@ def greedy_reference(cfg, params, prompt, n, width=32):
     return seq[len(prompt):]
 
 
+@pytest.mark.slow
 def test_greedy_equals_uncached_argmax(tiny, sampler):
     cfg, params = tiny
     out = sampler(params, PROMPTS, jax.random.key(0), SamplingConfig(12, temperature=0.0))

@@ -174,6 +174,7 @@ def test_humaneval_all_164_canonical_solutions_score_one(humaneval_rows):
     print(f"164 canonical programs graded in {elapsed:.1f} s")
 
 
+@pytest.mark.slow
 def test_humaneval_broken_bodies_score_below_one(humaneval_rows):
     t = get_task("humaneval")
     row = humaneval_rows[0]  # has_close_elements: 7 asserts, 3 of them expect False
@@ -187,6 +188,7 @@ def test_humaneval_broken_bodies_score_below_one(humaneval_rows):
     assert (g["parsed"], g["passed"], g["total"], g["status"]) == (False, 0, 7, "error")
 
 
+@pytest.mark.slow
 def test_humaneval_accepts_a_body_only_and_a_whole_function(humaneval_rows):
     t = get_task("humaneval")
     row = humaneval_rows[2]  # truncate_number
@@ -284,6 +286,7 @@ def test_docs_example_task_registers_and_grades():
         TASKS.pop("reverse_word", None)
 
 
+@pytest.mark.slow
 def test_humaneval_eval_config_writes_task_rows(tmp_path):
     """`configs/eval/humaneval_v1.py` through `evaluate` (a tiny random model with a character
     vocabulary stands in for SmolLM2): rows carry task, integer passed / total (the problem's

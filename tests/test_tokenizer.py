@@ -374,6 +374,7 @@ def test_ids_equal_transformers(tok, hf_tok, text):
 
 
 @pytest.mark.peer
+@pytest.mark.slow
 def test_digit_discrepancy_is_transformers_behaviour(tok, hf_tok):
     for text in ("  1", " ²", "a\n    2024", "\t\t7"):
         assert tok.encode(text) == _hf_ids(hf_tok, text)

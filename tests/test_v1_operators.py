@@ -269,6 +269,7 @@ def rsa_in(k):
                                                     for j in range(k))
 
 
+@pytest.mark.slow
 def test_rsa_budget_by_hand():
     res = run(RSA(4, 2, 2, 16, 32, 8))
     draft, agg = SOLVE_IN + CAND, rsa_in(2) + CAND
