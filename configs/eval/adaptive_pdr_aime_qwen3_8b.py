@@ -14,7 +14,7 @@ Command to run:
     prd-jax eval --config configs/eval/adaptive_pdr_aime_qwen3_8b.py:v5p-128 --workdir gs://.../adaptive_aime \
         --config.model_path=/ckpts/Qwen3-8B
 
-Expected: not yet run (ours; the paper names adaptive schedules as future work). Runtime
+Expected: the paper gives no figure (it names adaptive schedules as future work); ours: not yet run. Runtime
 ESTIMATE, not measured: at most the fixed (16, 1) row's tokens per adaptive row (17 calls of
 8k per problem and sample), i.e. 30 x 16 x 17 x 8192 = 6.7e7 generated tokens per row.
 """

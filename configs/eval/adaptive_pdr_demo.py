@@ -9,7 +9,8 @@ curve against the fixed schedules and Long-CoT's. `operators` lists the entries 
 Command to run (a workdir of a finished demo resumes: only the new rows are evaluated):
     prd-jax demo --config configs/eval/adaptive_pdr_demo.py --workdir demo_workdir
 
-Expected: see docs/results (the dated adaptive PDR record) for measured points.
+Expected: the paper gives no figure (adaptive PDR is ours); our measured points are in the dated
+adaptive PDR record under docs/results.
 """
 
 import os

@@ -14,7 +14,7 @@ Command to run:
     prd-jax eval --config configs/eval/adaptive_pdr_gsm8k.py --workdir runs/adaptive_pdr_gsm8k \
         --config.num_problems=32
 
-Expected: not yet run (ours; the paper has no adaptive schedule). SmolLM2-135M is weak on
+Expected: the paper gives no figure (it has no adaptive schedule); ours: not yet run. SmolLM2-135M is weak on
 GSM8K (0/4 on smollm2_gsm8k.py's slice), so most drafts disagree and adaptive PDR should cost
 close to fixed PDR (8, 1); the point is the budget accounting on a real model and tokenizer.
 """

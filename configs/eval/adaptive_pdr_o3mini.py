@@ -14,7 +14,7 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax compile --estimate --config configs/eval/adaptive_pdr_o3mini.py:aime2024
     prd-jax eval --config configs/eval/adaptive_pdr_o3mini.py:aime2024 --workdir runs/adaptive_pdr_o3mini_2024
 
-Expected: not yet run (ours). `--estimate` prices every row at its full fan-out (an upper
+Expected: the paper gives no figure (adaptive PDR is ours); not yet run. `--estimate` prices every row at its full fan-out (an upper
 bound for the adaptive rows).
 """
 
