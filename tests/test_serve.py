@@ -187,6 +187,7 @@ def test_chat_mode_runs_every_operator_and_budgets_are_the_servers_usage(server,
     assert lo <= sum(r["b_total"] for r in rows) - billed_out <= hi
 
 
+@pytest.mark.slow
 def test_serve_loads_a_training_workdirs_latest_checkpoint(tmp_path):
     import jax
     import numpy as np

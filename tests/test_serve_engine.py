@@ -50,6 +50,7 @@ def _alone(cfg, params, row, longest=64):
     return ids, bool(ids) and ids[-1] in Tok.stop_ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,top_p,top_k", [
     (0.0, 1.0, 0), pytest.param(1.0, 1.0, 0, marks=pytest.mark.slow), pytest.param(0.7, 0.9, 5, marks=pytest.mark.slow)])
 def test_rows_entering_and_leaving_slots_decode_what_they_decode_alone(tiny, temperature, top_p, top_k):
