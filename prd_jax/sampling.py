@@ -40,6 +40,7 @@ from typing import Optional, Sequence
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -122,8 +123,6 @@ class Sampling:
 
     def to_config(self):
         """`config.sampling` for a config file: every config key (all but `stop_ids`)."""
-        import ml_collections
-
         return ml_collections.ConfigDict({k: v for k, v in self.settings().items() if k in CONFIG_KEYS})
 
     @classmethod
