@@ -144,7 +144,7 @@ def test_the_cap_is_never_passed(cap, wave2):
 
 @pytest.mark.slow
 def test_with_disagreeing_drafts_it_is_pdr_over_the_same_drafts():
-    from prd_jax.operators.specs import PDR
+    from prd_jax.operators.pdr import PDR
 
     drafts = [(20, 3), (21, 4), (22, 2), (23, 5), (NO_ANSWER, 5), (30, 2), (31, 1), (32, 1)]
     script = {"adaptive_pdr.draft": drafts, "pdr.draft": drafts, "adaptive_pdr.refine": [(25, 4), (34, 3)],

@@ -110,7 +110,8 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
 
 def test_largest_budgets_keeps_one_spec_per_group():
     from prd_jax.aot.programs import largest_budgets
-    from prd_jax.operators.specs import PDR, LongCoT
+    from prd_jax.operators.pdr import PDR
+    from prd_jax.operators.long_cot import LongCoT
 
     specs = [LongCoT(max_new_tokens=8), LongCoT(max_new_tokens=32), LongCoT(max_new_tokens=16),
              PDR(schedule=(4, 1), k=2, max_new_tokens=8), PDR(schedule=(4, 1), k=2, max_new_tokens=64),

@@ -9,7 +9,7 @@ import pytest
 
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.evaluate import build_spec, evaluate, markdown_table, summarize
-from prd_jax.operators.specs import PDR
+from prd_jax.operators.pdr import PDR
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "smollm2_gsm8k.py")
 

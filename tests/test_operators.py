@@ -13,7 +13,10 @@ from prd_jax import prompts as P
 from prd_jax.operators.assembly import assemble, truncate_head_tail
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
-from prd_jax.operators.specs import PDR, SR, LongCoT, Sampling
+from prd_jax.operators.specs import Sampling
+from prd_jax.operators.pdr import PDR
+from prd_jax.operators.sr import SR
+from prd_jax.operators.long_cot import LongCoT
 from prd_jax.sampling import SampleOutput
 from fakes import CharTokenizer, FirstTokenGrader
 

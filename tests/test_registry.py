@@ -17,6 +17,11 @@ import sc_refine_operator as SC
 from prd_jax import prompts as P
 from prd_jax.config_io import load_config
 from prd_jax.operators import registry, specs as S
+from prd_jax.operators.best_of_n import BestOfN
+from prd_jax.operators.long_cot import LongCoT
+from prd_jax.operators.pdr import PDR
+from prd_jax.operators.rsa import RSA
+from prd_jax.operators.sr import SR
 from prd_jax.operators.adaptive_pdr import AdaptivePDR
 from prd_jax.operators.runner import make_context, run_operator
 from test_operators import TOK, problems as one_problem
@@ -27,7 +32,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 def test_builtins_and_the_test_operator_are_registered():
     assert {"long_cot", "sr", "pdr", "best_of_n", "rsa", "sc_refine"} <= set(registry.operator_names())
-    assert registry.get_operator("pdr").spec is S.PDR
+    assert registry.get_operator("pdr").spec is PDR
     assert registry.operator_for(SC.SCRefine()).run is SC.sc_refine
     spec = registry.build_spec({"type": "sc_refine", "n": 3, "max_new_tokens": 8})
     assert spec == SC.SCRefine(n=3, max_new_tokens=8)
@@ -47,13 +52,13 @@ def test_a_second_registration_is_refused_unless_replaced():
 
 
 def test_specs_declare_what_their_context_needs():
-    assert S.PDR((8, 4, 1), "global_summary", kappa=100).kappa == 100 and S.BestOfN().kappa is None
-    assert S.PDR((8, 4, 1)).k_max == 8 and S.RSA(subset=3).k_max == 3 and S.LongCoT().k_max == 1
-    assert S.PDR((4, 1), "shared_topk", 2, "pairwise_v1").template_roles() == ("solve", "pdr_topk", "pairwise")
-    assert S.BestOfN(selector="self_pointwise").template_roles() == ("solve", "pointwise")
-    assert S.PDR((4, 2, 1)).trainable_rounds("refine") == (2,)
-    assert S.PDR((4, 2, 1)).trainable_rounds("drafts_and_refine") == (2, 0)
-    assert S.BestOfN().trainable_rounds() == ()  # returns no traces: operator RL refuses it
+    assert PDR((8, 4, 1), "global_summary", kappa=100).kappa == 100 and BestOfN().kappa is None
+    assert PDR((8, 4, 1)).k_max == 8 and RSA(subset=3).k_max == 3 and LongCoT().k_max == 1
+    assert PDR((4, 1), "shared_topk", 2, "pairwise_v1").template_roles() == ("solve", "pdr_topk", "pairwise")
+    assert BestOfN(selector="self_pointwise").template_roles() == ("solve", "pointwise")
+    assert PDR((4, 2, 1)).trainable_rounds("refine") == (2,)
+    assert PDR((4, 2, 1)).trainable_rounds("drafts_and_refine") == (2, 0)
+    assert BestOfN().trainable_rounds() == ()  # returns no traces: operator RL refuses it
     assert SC.SCRefine(n=3).round_sizes() == (3, 1)
 
 
@@ -140,14 +145,14 @@ def test_one_selector_vocabulary():
 
     assert set(verify.METHODS) == set(S.SELECTORS)  # selector names are the select() methods
     with pytest.raises(ValueError, match=r"BestOfN.selector='pointwise'; allowed: \('random', 'self_pointwise'"):
-        S.BestOfN(selector="pointwise")
+        BestOfN(selector="pointwise")
 
 
 def test_best_of_n_random_picks_uniformly_without_judge_calls():
     picks = []
     ctx = make_context(TOK, S.Sampling(), k_max=2)
     for seed in range(40):
-        res = run_operator(JudgeLM(), one_problem(), jax.random.key(seed), S.BestOfN(4, "random", 16, 32, 8), ctx)
+        res = run_operator(JudgeLM(), one_problem(), jax.random.key(seed), BestOfN(4, "random", 16, 32, 8), ctx)
         picks.append(int(np.asarray(res.final_tokens[0, 0])) - MARK)
         assert res.calls.names == ("draft",) * 4  # no judge call
     assert set(picks) == {0, 1, 2, 3} and max(np.bincount(picks)) <= 20
@@ -197,18 +202,18 @@ def _other(value, field, spec):
     if isinstance(value, str):
         allowed = {"distill": S.DISTILL_VARIANTS, "refine_template": ("topk", "previous"), "final": S.RSA_FINALS,
                    "signal": ("majority", "v1_mu"),
-                   "selector": S.PDR_SELECTORS if isinstance(spec, S.PDR) else S.BEST_OF_N_SELECTORS}[field]
+                   "selector": S.PDR_SELECTORS if isinstance(spec, PDR) else S.BEST_OF_N_SELECTORS}[field]
         return [a for a in allowed if a != value]
     raise AssertionError(f"no perturbation for {field}={value!r}")
 
 
 # Valid starting points that reach every field of each class (e.g. PDR's refine_template needs
 # k=1; RSA's keep needs pruning). No field is excluded: each one changes the operator's result.
-BASES = {S.LongCoT: [S.LongCoT()], S.SR: [S.SR()],
-         S.PDR: [S.PDR((4, 2, 1), "shared_topk", 1, "pairwise_v1"), S.PDR((4, 1), "global_summary"),
-                 S.PDR((4, 1), "shared_topk", 1, "random"), S.PDR((4, 1), "random_k", 2)],
-         S.BestOfN: [S.BestOfN(), S.BestOfN(selector="majority")],
-         S.RSA: [S.RSA(4, 2, 2, prune_every=1, keep=2)], SC.SCRefine: [SC.SCRefine()],
+BASES = {LongCoT: [LongCoT()], SR: [SR()],
+         PDR: [PDR((4, 2, 1), "shared_topk", 1, "pairwise_v1"), PDR((4, 1), "global_summary"),
+                 PDR((4, 1), "shared_topk", 1, "random"), PDR((4, 1), "random_k", 2)],
+         BestOfN: [BestOfN(), BestOfN(selector="majority")],
+         RSA: [RSA(4, 2, 2, prune_every=1, keep=2)], SC.SCRefine: [SC.SCRefine()],
          AdaptivePDR: [AdaptivePDR(signal="v1_mu"), AdaptivePDR(min_fanout=3, cap=4 * 512)]}
 
 

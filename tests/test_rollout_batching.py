@@ -319,7 +319,8 @@ def test_pdr_round_with_tournament_compiles_nothing_after_warm_up():
 
     from prd_jax.operators.lm import ModelLM
     from prd_jax.operators.runner import encode_problems, make_context, run_operator
-    from prd_jax.operators.specs import PDR, Judge, Sampling
+    from prd_jax.operators.specs import Judge, Sampling
+    from prd_jax.operators.pdr import PDR
 
     class Tokenizer(CharTokenizer):  # the random model emits ids below the first character
         def decode(self, ids, skip_special=True):
@@ -365,7 +366,8 @@ def test_operator_calls_with_compaction_equal_static_calls():
     from prd_jax.operators.calls import sampling_config
     from prd_jax.operators.lm import ModelLM
     from prd_jax.operators.runner import encode_problems, make_context, run_operator
-    from prd_jax.operators.specs import PDR, Sampling
+    from prd_jax.operators.specs import Sampling
+    from prd_jax.operators.pdr import PDR
 
     tok = CharTokenizer()
     cfg = get_model_config("tiny", max_position=2048)

@@ -11,7 +11,9 @@ import pytest
 
 from prd_jax import prompts as P
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
-from prd_jax.operators.specs import PDR, SR, Sampling
+from prd_jax.operators.specs import Sampling
+from prd_jax.operators.pdr import PDR
+from prd_jax.operators.sr import SR
 from prd_jax.sampling import SampleOutput
 from fakes import CharTokenizer, FirstTokenGrader
 

@@ -12,7 +12,8 @@ from prd_jax.model import get_model_config, init_params
 from prd_jax.operators.calls import strip_thinking
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
-from prd_jax.operators.specs import LongCoT, Judge, Sampling
+from prd_jax.operators.specs import Judge, Sampling
+from prd_jax.operators.long_cot import LongCoT
 from test_thinking import byte_tokenizer
 
 TOK = byte_tokenizer()

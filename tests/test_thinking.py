@@ -16,7 +16,10 @@ from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax import prompts as P
 from prd_jax.operators.calls import strip_thinking
 from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
-from prd_jax.operators.specs import PDR, SR, BestOfN, Sampling
+from prd_jax.operators.specs import Sampling
+from prd_jax.operators.pdr import PDR
+from prd_jax.operators.sr import SR
+from prd_jax.operators.best_of_n import BestOfN
 from prd_jax.sampling import SampleOutput
 from fakes import CharTokenizer
 

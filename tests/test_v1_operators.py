@@ -17,7 +17,10 @@ from prd_jax import prompts as P
 from prd_jax.operators import tournament
 from prd_jax.operators.judges import RatingParser, RatingTokens, rating_distribution
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
-from prd_jax.operators.specs import PDR, RSA, BestOfN, Judge, Sampling
+from prd_jax.operators.specs import Judge, Sampling
+from prd_jax.operators.pdr import PDR
+from prd_jax.operators.rsa import RSA
+from prd_jax.operators.best_of_n import BestOfN
 from prd_jax.sampling import SampleOutput
 from test_operators import TOK, CharTokenizer, header_len, literal_len
 

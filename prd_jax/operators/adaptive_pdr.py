@@ -54,7 +54,7 @@ from prd_jax.operators.calls import (billed, candidate_list, fill, fold, per_sam
                                      single, width)
 from prd_jax.operators.core import make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import Judge, OperatorSpec, _check_bool, _check_think, _check_truncation, as_judge, labelled
+from prd_jax.operators.specs import Judge, OperatorSpec, as_judge, check_bool, check_think, check_truncation, labelled
 
 Array = jax.Array
 SIGNALS = ("majority", "v1_mu")
@@ -111,10 +111,10 @@ class AdaptivePDR(OperatorSpec):
                                                                                           self.cap < least):
             raise ValueError(f"AdaptivePDR.cap={self.cap!r}; allowed: 0 (no cap) or an int >= (min_fanout + 1) x "
                              f"max_new_tokens = {least} (wave 1 and one refine per problem)")
-        _check_think(self, "think_budget", self.max_new_tokens)
-        _check_truncation(self)
+        check_think(self, "think_budget", self.max_new_tokens)
+        check_truncation(self)
         object.__setattr__(self, "judge", as_judge(self.judge))
-        _check_bool(self, "quote_thinking")
+        check_bool(self, "quote_thinking")
 
     @property
     def drafts(self) -> int:

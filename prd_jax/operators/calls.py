@@ -134,7 +134,9 @@ def strip_stop(tok, length, stop_ids):
 def strip_thinking(tok: Array, length: Array, marker: tuple, skip_ids: tuple = ()) -> tuple:
     """Rows `[R, N]` without their thinking block: everything up to and including the last
     occurrence of the end-of-thinking `marker` (token ids, e.g. Qwen3's one `</think>`
-    token, or the several ids a tokenizer without it encodes "</think>" to) is dropped,
+    token, the several ids a tokenizer without it encodes "</think>" to, or harmony's
+    final-channel header `<|channel|>final<|message|>`, which leaves the final channel's
+    text: `runner.thinking_marker`) is dropped,
     then any leading `skip_ids` (newline / space tokens). The last occurrence is the one
     Qwen3's chat template and model card split at. Returns `(tokens [R, N], lengths [R])`,
     valid tokens first.

@@ -23,13 +23,23 @@ log = logging.getLogger(__name__)
 
 
 THINK_END = "</think>"
+# Harmony (GPT-OSS): a completion is `<|channel|>analysis<|message|>...<|end|><|start|>assistant
+# <|channel|>final<|message|>...<|return|>`; the analysis channel is the thinking block and
+# the final channel's header ends it.
+HARMONY_TOKENS = ("<|channel|>", "<|message|>")
+HARMONY_FINAL = "<|channel|>final<|message|>"
 _BLANKS = ("\n", "\n\n", "\n\n\n", " ", "  ")
 
 
 def thinking_marker(tokenizer) -> tuple:
     """(end-of-thinking marker ids, newline / space ids to drop after it) of `tokenizer`.
 
-    The marker is `</think>` (Qwen3, DeepSeek-R1 and other thinking models): its one id
+    A harmony tokenizer (GPT-OSS: `<|channel|>` and `<|message|>` are tokens) ends its
+    thinking with the final channel's header: the marker is the ids of
+    `<|channel|>final<|message|>` (multi-token), so what a later prompt quotes is the final
+    channel's text, and a completion that never opened the final channel is kept whole, as
+    an unclosed `</think>` block is. Otherwise the marker is `</think>` (Qwen3, DeepSeek-R1
+    and other thinking models): its one id
     when the vocabulary has it as a token; else the ids `encode("</think>")` gives, when
     the chat template mentions it (a multi-token marker, matched as that exact id
     sequence, as also for a stand-in tokenizer marked `stand_in_thinking`, which the AOT
@@ -38,8 +48,11 @@ def thinking_marker(tokenizer) -> tuple:
     marker are the single-token encodings of newlines and spaces. Ours: the papers do
     not discuss thinking blocks.
     """
-    single = tokenizer.token_to_id(THINK_END) if hasattr(tokenizer, "token_to_id") else None
-    if single is not None:
+    has = getattr(tokenizer, "token_to_id", None)
+    single = has(THINK_END) if has else None
+    if has and all(has(t) is not None for t in HARMONY_TOKENS):
+        marker = tuple(tokenizer.encode(HARMONY_FINAL))
+    elif single is not None:
         marker = (int(single),)
     elif THINK_END in (getattr(tokenizer, "chat_template", None) or "") or getattr(tokenizer, "stand_in_thinking", False):
         marker = tuple(tokenizer.encode(THINK_END))
