@@ -17,6 +17,8 @@ MOE_DISPATCH = ("grouped", "dense")  # `ModelConfig.moe_dispatch`; "dense" is th
 DTYPES = ("float32", "bfloat16")
 # What a layer keeps for its backward pass (`ModelConfig.remat`); True / False are "full" / "none".
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+# `ModelConfig.reasoning_effort`: the harmony chat template's reasoning levels (GPT-OSS).
+REASONING_EFFORTS = ("low", "medium", "high")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +76,12 @@ class ModelConfig:
     (Qwen3's switch between a `<think>` block and a direct answer): None leaves the
     template's own default (Qwen3: thinking on), True/False set it. It does not change
     the decoder; `prd_jax.model.tokenizer.for_model` applies it to a tokenizer, so
-    eval, SFT and RL prompts all render with it.
+    eval, SFT and RL prompts all render with it. `reasoning_effort` travels the same way as
+    the template variable `reasoning_effort` (GPT-OSS's harmony template: "low", "medium"
+    or "high" in its system message; None leaves the template's default).
+
+    `router_aux_loss_coef` > 0 adds the router load-balancing loss to the SFT and RL steps of
+    a mixture-of-experts model (`prd_jax.train.router_aux`; docs/training.md).
     """
 
     family: str
@@ -95,6 +102,7 @@ class ModelConfig:
     remat: Any = "dots_no_batch"
     scan_unroll: int = 1
     enable_thinking: Optional[bool] = None
+    reasoning_effort: Optional[str] = None
     # Mixture of experts (gpt_oss): `num_experts` SwiGLU experts, `experts_per_token` chosen
     # per token by a biased linear router (softmax over the chosen logits; `prd_jax.model.moe`).
     num_experts: int = 0
@@ -123,6 +131,12 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.family={self.family!r}; allowed: {FAMILIES}")
         if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
             raise ValueError(f"ModelConfig.enable_thinking={self.enable_thinking!r}; allowed: None, True, False")
+        if self.reasoning_effort is not None and self.reasoning_effort not in REASONING_EFFORTS:
+            raise ValueError(f"ModelConfig.reasoning_effort={self.reasoning_effort!r}; allowed: None or one of "
+                             f"{REASONING_EFFORTS}")
+        if not self.router_aux_loss_coef >= 0:
+            raise ValueError(f"ModelConfig.router_aux_loss_coef={self.router_aux_loss_coef!r}; allowed: >= 0 "
+                             "(0 = off)")
         for field in ("param_dtype", "dtype"):
             if getattr(self, field) not in DTYPES:
                 raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}; allowed: {DTYPES}")
@@ -234,12 +248,14 @@ NAMED_CONFIGS: dict[str, ModelConfig] = {
                                tie_embeddings=False, max_position=131072),
     # GPT-OSS-20B (the V1 paper's main model), openai/gpt-oss-20b config.json: 24 layers, the
     # even ones on a 128-token sliding window; 32 experts, top-4; YaRN x32 over 4096 positions.
+    # reasoning_effort: the harmony template's variable, "medium" as V1's released quick-start
+    # runs it (also the template's own default); --config.model.overrides.reasoning_effort=high.
     "gpt-oss-20b": ModelConfig("gpt_oss", 201088, 2880, 2880, 24, 64, 8, 64, rope_theta=150000.0,
                                rope_scaling=YarnScaling(factor=32.0, original_max_position=4096, beta_fast=32.0,
                                                         beta_slow=1.0, truncate=False),
                                rms_eps=1e-5, tie_embeddings=False, max_position=131072, num_experts=32,
                                experts_per_token=4, swiglu_limit=7.0, swiglu_alpha=1.702, sliding_window=128,
-                               sliding_layers=tuple(i % 2 == 0 for i in range(24))),
+                               sliding_layers=tuple(i % 2 == 0 for i in range(24)), reasoning_effort="medium"),
 }
 
 

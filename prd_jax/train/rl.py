@@ -36,7 +36,7 @@ from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import build_spec, operator_for
 from prd_jax.operators.specs import OperatorSpec, Sampling
 from prd_jax.sampling import SamplingConfig
-from prd_jax.train import advantages as adv_lib, operator_rl
+from prd_jax.train import advantages as adv_lib, operator_rl, router_aux
 from prd_jax.train.chunked_xent import chunked_token_logprobs
 from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale,
                                   aux_sft_term, check_choice, k3_kl, policy_loss)
@@ -234,10 +234,11 @@ def initial_params(config, cfg, mesh):
 
 
 def rl_loss_fn(cfg, mesh, rl: RLConfig):
-    """`(params, batch) -> (loss_sum, count, metrics)` for one rollout microbatch."""
+    """`(params, batch) -> (loss_sum, count, metrics)` for one rollout microbatch; a
+    mixture-of-experts model with `router_aux_loss_coef` > 0 adds the router load-balancing
+    term over the completion tokens (`router_aux`, metric `router_aux_loss`)."""
     def loss(params, b):
-        hidden, _ = forward(cfg, params, b["inputs"], b["positions"], segment_ids=b["segment_ids"], mesh=mesh,
-                            return_hidden=True)
+        hidden, aux_router = router_aux.hidden_states(cfg, params, b, mesh)
         logp, _, entropy = chunked_token_logprobs(cfg, params, hidden, b["targets"], mesh=mesh, with_entropy=True)
         w = b["weights"]
         total, count, metrics = policy_loss(logp, b["old_logp"], b["advantages"], w, kind=rl.loss,
@@ -254,9 +255,10 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
             aux, metrics["aux_sft_nll"] = aux_sft_term(logp, w, b["correct"], normaliser=rl.aux_sft_normaliser,
                                                        aggregation=rl.aggregation, scale=b.get("aux_sft_scale"))
             total = total + rl.aux_sft_coef * aux
-        return total, count, metrics
+        return router_aux.add_term(cfg, total, aux_router, b, count, metrics), count, metrics
 
-    return loss
+    return router_aux.attach(loss, cfg, lambda mb: aggregate(jnp.zeros_like(mb["weights"]), mb["weights"],
+                                                             rl.aggregation)[1])
 
 
 CODE_REWARDS = ("fraction", "all_pass")

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from prd_jax.data.sft import SFTBatches, pad
-from prd_jax.model.decoder import forward
+from prd_jax.train import router_aux
 from prd_jax.train.chunked_xent import chunked_weighted_nll
 from prd_jax.train.setup import sft_examples
 from prd_jax.train.trainer import eval_loss
@@ -25,16 +25,18 @@ def sft_loss_fn(cfg, mesh=None):
     The head runs in sequence chunks with its gradient formed in the forward pass
     (`chunked_xent.chunked_weighted_nll`): the `[B, T, V]` fp32 logits are never held whole
     (step times: docs/results/2026-12-01-train-step-mfu.md). The sum is `losses.sft_loss`'s (token mean).
+    A mixture-of-experts model with `router_aux_loss_coef` > 0 adds the router load-balancing
+    term over the completion tokens (`router_aux`, metric `router_aux_loss`).
     """
     def loss(params, batch):
-        hidden, _ = forward(cfg, params, batch["inputs"], batch["positions"],
-                            segment_ids=batch["segment_ids"], mesh=mesh, return_hidden=True)
+        hidden, aux = router_aux.hidden_states(cfg, params, batch, mesh)
         w = batch["weights"].astype(jnp.float32)
         total, hits = chunked_weighted_nll(cfg, params, hidden, batch["targets"], w, mesh=mesh)
         count = jnp.sum(w)
-        return total, count, {"token_accuracy": (hits, count)}
+        metrics = {"token_accuracy": (hits, count)}
+        return router_aux.add_term(cfg, total, aux, batch, count, metrics), count, metrics
 
-    return loss
+    return router_aux.attach(loss, cfg, lambda mb: jnp.sum(mb["weights"].astype(jnp.float32)))
 
 
 class SFTStage:

@@ -22,6 +22,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from prd_jax.mesh import logical_to_spec
+from prd_jax.train import router_aux
 from prd_jax.train.state import TrainState
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,15 @@ def split_microbatches(batch: dict, accum: int) -> dict:
 
 
 def train_step(state: TrainState, batch: dict, *, loss_fn: Callable, optimizer, schedule=None):
-    """Accumulate over `batch` (leading microbatch axis), apply one update; returns (state, metrics)."""
+    """Accumulate over `batch` (leading microbatch axis), apply one update; returns (state, metrics).
+
+    A loss fn with `router_aux_counts` (a mixture-of-experts model with the router term on,
+    `router_aux.attach`) gets the update's normaliser ratio in every microbatch
+    (`router_aux.with_scale`)."""
+    counts = getattr(loss_fn, "router_aux_counts", None)
+    if counts is not None:
+        batch = router_aux.with_scale(batch, counts)
+
     def grad(mb):
         return jax.value_and_grad(lambda p: _split(loss_fn(p, mb)), has_aux=True)(state.params)
 
