@@ -2,8 +2,9 @@
 
 `tests/jsonl_benchmark_task.py` adds a JSONL benchmark out of tree in one module; here its rows
 are read back exactly as the files hold them (through its TFDS builder and seqio task), eval
-grades every row against the file's answers, and RL trains a step on its train split with its
-grader as the reward. Configs that still name data beside the task get an error naming the new
+grades every row against the file's answers, RL trains a step on its train split with its
+grader as the reward, and SFT trains on the rows' worked solutions. Configs that still name
+data beside the task get an error naming the new
 field."""
 
 import json
@@ -21,9 +22,10 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 RL_TINY = os.path.join(ROOT, "configs", "rl", "tiny.py")
 SFT_TINY = os.path.join(ROOT, "configs", "sft", "tiny.py")
 
-TRAIN = [{"id": f"tr{i}", "problem": f"{i}+{i + 1}", "answer": str(2 * i + 1), "level": str(i % 3)}
-         for i in range(6)]
-TEST = [{"id": f"te{i}", "problem": f"{i}*3", "answer": str(3 * i)} for i in range(3)]
+TRAIN = [{"id": f"tr{i}", "problem": f"{i}+{i + 1}", "answer": str(2 * i + 1), "level": str(i % 3),
+          "solution": f"{i}+{i + 1}={2 * i + 1} \\boxed{{{2 * i + 1}}}"} for i in range(6)]
+TEST = [{"id": f"te{i}", "problem": f"{i}*3", "answer": str(3 * i), "solution": f"\\boxed{{{3 * i}}}"}
+        for i in range(3)]
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def test_removed_data_fields_name_the_new_field():
         old_sft.data.source = "synthetic"
     with pytest.raises(ValueError, match=r"config.data.source was removed"):
         setup.sft_task(old_sft)
-    with pytest.raises(ValueError, match=r"config.task='gsm8k' makes no SFT traces"):
+    with pytest.raises(ValueError, match=r"config.task='gsm8k': its SFT rows come from the task itself"):
         setup.sft_task(apply_overrides(load_config(SFT_TINY), ["--config.task=gsm8k"]))
 
 
@@ -77,7 +79,7 @@ def test_jsonl_task_rows_equal_the_files(data_dir):
     import jsonl_benchmark_task  # noqa: F401
 
     task = get_task("tiny_arith")
-    want = [{k: r[k] for k in ("id", "problem", "answer")} for r in TRAIN]  # the declared fields
+    want = [{k: r[k] for k in ("id", "problem", "answer", "solution")} for r in TRAIN]  # the declared fields
     assert task.problems("train", data_dir=data_dir) == want
     assert task.problems("train", limit=2, data_dir=data_dir) == want[:2]
     assert task.problems(data_dir=data_dir) == TEST  # default split "test"
@@ -144,3 +146,41 @@ def test_jsonl_task_runs_through_eval_and_rl(data_dir, tmp_path):
     metrics = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
     assert [m["step"] for m in metrics] == [1]
     assert np.isfinite(metrics[0]["loss"]) and 0.0 <= metrics[0]["reward/mean"] <= 1.0
+
+    # SFT: the task's train rows that carry a worked solution, prompted with its solve template
+    sft_config = apply_overrides(load_config(SFT_TINY), [
+        "--config.task=tiny_arith", f"--config.data.data_dir={data_dir}", "--config.steps=2",
+        "--config.batch_size=4", "--config.eval_every=2", "--config.checkpoint_every=2",
+        "--config.model.overrides.num_layers=1", "--config.model.overrides.hidden=32",
+        "--config.model.overrides.intermediate=64"])
+    train_ex, held = setup.sft_examples(sft_config, tok)
+    assert len(train_ex) == len(TRAIN) and held == []  # the task declares no validation split
+    assert [list(c[:-1]) for _, c in train_ex] == [tok.encode(r["solution"]) for r in TRAIN]  # + end of turn
+    assert TRAIN[0]["problem"] in tok.decode(train_ex[0][0].tolist())
+    train(sft_config, str(tmp_path / "sft"), progress=False)
+    metrics = [json.loads(line) for line in open(tmp_path / "sft" / "metrics.jsonl")]
+    assert [m["step"] for m in metrics if "loss" in m] == [1, 2] and all(np.isfinite(m["loss"]) for m in metrics if "loss" in m)
+
+
+def _memory_task(rows_by_split):
+    from prd_jax.tasks.math import MathTask
+
+    class MemoryTask(MathTask):
+        def problems(self, split=None, limit=None, data_dir=None):
+            return rows_by_split[split or "test"][:limit]
+
+    return MemoryTask("memory_arith", templates="compact")
+
+
+def test_task_sft_rows_prompt_with_the_solve_template_and_skip_rows_without_a_solution():
+    from prd_jax import prompts
+    from prd_jax.train.setup import task_sft_rows
+
+    task = _memory_task({"train": TRAIN})
+    rows = [dict(r, solution="") if i == 2 else r for i, r in enumerate(TRAIN)]  # row 2 has no solution
+    solve = prompts.template_set("compact")["solve"]
+    assert task_sft_rows(task, rows, "memory") == [
+        {"inputs": prompts.render(solve, problem=r["problem"]), "targets": r["solution"]} for i, r in enumerate(TRAIN) if i != 2]
+    assert task.sft_target(rows[2]) is None and task.sft_target({"id": "x"}) is None
+    with pytest.raises(ValueError, match=r"memory: none of its 2 rows has an SFT target .*'solution'.*\['answer', 'id'"):
+        task_sft_rows(task, [{"id": "a", "answer": "1"}, {"id": "b", "answer": "2"}], "memory")

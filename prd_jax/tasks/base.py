@@ -6,6 +6,7 @@ RL loops need to know about a domain:
 - `source`: its data, declared once (`tasks.source`: `JsonlFiles` per split, or `SeqioData`, a
   registered seqio task or mixture); `problems` reads it, and eval, SFT and RL ask `problems`;
 - `templates`: the prompt template set its prompts use (`prompts.TEMPLATE_SETS`);
+- `sft_target(row)`: the completion SFT trains on (default the row's `solution`, or None);
 - `judge_domain` and `judge_templates`: what its judges assess and their template roles;
 - `extract(completion)`: the final artifact (boxed answer, last fenced program) or None;
 - `grade(row, completion) -> dict` with at least `reward`, `correct`, `parsed`
@@ -56,6 +57,12 @@ class Task:
     def problem_text(self, row: dict) -> str:
         """The text filled into the templates' `{problem}` slot."""
         return str(row["problem"])
+
+    def sft_target(self, row: dict) -> Optional[str]:
+        """The completion SFT trains on for `row` (`train.setup.task_sft_rows`): its worked
+        `solution` field, or None (the row is skipped) when it has none."""
+        value = row.get("solution")
+        return str(value) if value not in (None, "") else None
 
     # -- grading
     def extract(self, completion: str) -> Optional[str]:

@@ -14,7 +14,11 @@ Config fields (see `configs/sft/tiny.py` for a complete example):
   task on import is enough; splits `data.split`, default "train", and `data.eval_split`, default
   "validation", no held-out loss when the task lacks it); `data.path`, a trace dir with
   train.jsonl / validation.jsonl chat traces (`data.chat_traces`, read through its TFDS
-  builder); else the synthetic task's traces (`data.synthetic.sft_traces`). For RL,
+  builder); else `config.task`'s own problems: a synthetic family's traces
+  (`data.synthetic.sft_traces`), or any other task's rows that carry a worked completion
+  (`Task.sft_target`, default the row's `solution` field; rows without one are skipped and
+  counted), prompted with the task's `solve` template (`task_sft_rows`): split `data.split`
+  (default "train"), held out `data.eval_split` when the task has that split. For RL,
   `data.mixture` replaces the task's source (its rows, the task's grading).
 - `data.source`, `data.family` and an eval's `dataset` were removed (issue 35 §1); a config that
   still sets one gets an error naming the field that replaced it (`tasks.REMOVED_FIELDS`).
@@ -215,9 +219,8 @@ def sft_task(config) -> tuple[str, str, Optional[str]]:
     else:
         task = training_task(config)
         if not isinstance(task, DrawnTask):
-            raise ValueError(f"config.task={task.name!r} makes no SFT traces; SFT reads config.data.mixture (a seqio "
-                             "task or mixture), config.data.path (a chat-trace dir) or a synthetic task's traces "
-                             f"(config.task one of {sorted(synthetic.FAMILIES)})")
+            raise ValueError(f"config.task={task.name!r}: its SFT rows come from the task itself (sft_examples), "
+                             "not from a seqio task")
         templates = data.get("templates", "default")
         if templates not in prompts.TEMPLATE_SETS:
             raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(prompts.TEMPLATE_SETS)}")
@@ -229,9 +232,48 @@ def sft_task(config) -> tuple[str, str, Optional[str]]:
     return name, split, eval_split
 
 
+def task_sft_rows(task, rows: list, where: str) -> list:
+    """SFT text rows `{inputs, targets}` of a task's problem rows: the prompt is the task's `solve`
+    template filled with `task.problem_text(row)` (as eval prompts the model), the completion
+    `task.sft_target(row)`. Rows whose target is None are skipped; none left raises naming the field."""
+    solve = prompts.template_set(task.templates)["solve"]
+    out = [{"inputs": prompts.render(solve, problem=task.problem_text(r)), "targets": t}
+           for r in rows for t in [task.sft_target(r)] if t is not None]
+    if rows and not out:
+        raise ValueError(f"{where}: none of its {len(rows)} rows has an SFT target (Task.sft_target: the row's "
+                         f"'solution' field by default; the rows have fields {sorted(rows[0])})")
+    if len(out) < len(rows):
+        log.info("SFT data: %s: %d of %d rows have no SFT target and are skipped", where, len(rows) - len(out), len(rows))
+    return out
+
+
+def _task_sft_examples(config, tokenizer, task) -> tuple[list, list]:
+    """(train, held-out) examples of a non-synthetic `config.task`'s own rows (`task_sft_rows`)."""
+    data = config.data
+    data_dir = data.get("data_dir") or None
+    split, eval_split = data.get("split") or "train", data.get("eval_split", "validation")
+    train = task.problems(split, limit=data.get("num_train") or None, data_dir=data_dir)
+    held = []
+    if eval_split and task.source is not None and eval_split in task.source.split_names:
+        held = task.problems(eval_split, data_dir=data_dir)
+    examples = [sft.examples_from_text_rows(tokenizer, task_sft_rows(task, rows, f"task {task.name!r} split {s!r}"),
+                                            f"{task.name}:{s}") if rows else [] for rows, s in ((train, split),
+                                                                                              (held, eval_split))]
+    log.info("SFT data: task %s: %d train examples (%s), %d held out (%s)", task.name, len(examples[0]), split,
+             len(examples[1]), eval_split if held else None)
+    return examples[0], examples[1]
+
+
 def sft_examples(config, tokenizer) -> tuple[list, list]:
     """(train, validation) SFT examples `(prompt_ids, completion_ids)` from `config.data`, read
-    through seqio (`sft_task`) and rendered with the chat template (`sft.examples_from_text_rows`)."""
+    through seqio (`sft_task`) and rendered with the chat template (`sft.examples_from_text_rows`);
+    a non-synthetic `config.task` gives its own rows (`task_sft_rows`)."""
+    data = config.data
+    if not data.get("mixture") and not data.get("path"):
+        check_removed_fields(config)
+        task = training_task(config)
+        if not isinstance(task, DrawnTask):
+            return _task_sft_examples(config, tokenizer, task)
     name, split, eval_split = sft_task(config)
     train = sft.examples_from_text_rows(tokenizer, seqio_rows.read(name, split, preprocess=True), f"{name}:{split}")
     held_out = [] if eval_split is None else sft.examples_from_text_rows(
