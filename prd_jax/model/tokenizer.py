@@ -46,6 +46,8 @@ _END_OF_TURN_TOKENS = (
     "<|endoftext|>",
     "<|end_of_text|>",
     "<end_of_turn>",
+    "<|return|>",  # harmony (GPT-OSS): the final channel's end; `<|end|>` only ends a message
+    "<|call|>",  # harmony: a tool call ends the turn
 )
 
 # Split regexes (applied before the byte-level mapping) for each `tokenizer.ggml.pre`.
@@ -365,18 +367,24 @@ class Tokenizer:
 
 def for_model(tokenizer, cfg):
     """`tokenizer` rendering chats as model config `cfg` asks: `cfg.enable_thinking`
-    (None: the template's default) becomes the template variable `enable_thinking`.
+    (None: the template's default) becomes the template variable `enable_thinking`, and
+    `cfg.reasoning_effort` (GPT-OSS's harmony template; None: its default) the variable
+    `reasoning_effort`.
 
     Tokenizers without Jinja templates (the synthetic `CharVocab`) have no thinking switch:
-    they are returned as they are for None, and refused for True/False.
+    they are returned as they are for None, and refused for True/False. They render no
+    system message either, so a reasoning effort (which the gpt-oss named config sets) has
+    nothing to reach and is left out for them.
     """
     thinking = getattr(cfg, "enable_thinking", None)
-    if thinking is None:
-        return tokenizer
+    effort = getattr(cfg, "reasoning_effort", None)
     if not hasattr(tokenizer, "with_chat_template_vars"):
-        raise ValueError(f"ModelConfig.enable_thinking={thinking!r} needs a tokenizer with a Jinja chat "
-                         f"template; {type(tokenizer).__name__} has none (allowed: enable_thinking=None)")
-    return tokenizer.with_chat_template_vars(enable_thinking=thinking)
+        if thinking is not None:
+            raise ValueError(f"ModelConfig.enable_thinking={thinking!r} needs a tokenizer with a Jinja chat "
+                             f"template; {type(tokenizer).__name__} has none (allowed: enable_thinking=None)")
+        return tokenizer
+    variables = {k: v for k, v in (("enable_thinking", thinking), ("reasoning_effort", effort)) if v is not None}
+    return tokenizer.with_chat_template_vars(**variables) if variables else tokenizer
 
 
 # ---------------------------------------------------------------------- helpers
