@@ -15,6 +15,7 @@ from typing import Optional
 
 from prd_jax.backends.config import BackendConfig
 from prd_jax.config_io import check_moved
+from prd_jax.model.config import REASONING_EFFORTS
 from prd_jax.prompts import template_set
 from prd_jax.sampling import Sampling
 
@@ -23,8 +24,8 @@ from prd_jax.sampling import Sampling
 class EvalConfig:
     """Validated eval settings.
 
-    - `model`, `model_path`, `dtype` ("" = the model's own), `enable_thinking` (None = the
-      chat template's default): the model to load;
+    - `model`, `model_path`, `dtype` ("" = the model's own), `enable_thinking` and
+      `reasoning_effort` (GPT-OSS; None = the chat template's default): the model to load;
     - `task`, `dataset`, `split`, `data_dir`, `num_problems`: the problems (a task names
       its data; `dataset` names a JSONL file of the data layer);
     - `operators`: the operator entries, each `{"type": registered name, field: value, ...}`;
@@ -46,6 +47,7 @@ class EvalConfig:
     model_path: str = ""
     dtype: str = ""
     enable_thinking: Optional[bool] = None
+    reasoning_effort: Optional[str] = None
     task: str = ""
     dataset: str = ""
     split: str = ""
@@ -73,6 +75,9 @@ class EvalConfig:
             template_set(self.templates)  # an unknown prompt set names the sets allowed
         if self.enable_thinking not in (None, True, False):
             raise ValueError(f"config.enable_thinking={self.enable_thinking!r}; allowed: None, True, False")
+        if self.reasoning_effort not in (None,) + REASONING_EFFORTS:
+            raise ValueError(f"config.reasoning_effort={self.reasoning_effort!r}; allowed: None or one of "
+                             f"{REASONING_EFFORTS}")
         if not self.operators:
             raise ValueError("config.operators is empty; give at least one operator entry, e.g. "
                              "dict(type='long_cot', max_new_tokens=512)")
@@ -91,14 +96,18 @@ class EvalConfig:
         return {"model": self.model, "model_path": self.model_path, "dataset": self.dataset, "task": self.task,
                 "temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
                 "top_k": self.sampling.top_k, "seed": self.seed, "max_problem_tokens": self.max_problem_tokens,
-                "templates": self.templates, "enable_thinking": self.enable_thinking}
+                "templates": self.templates, "enable_thinking": self.enable_thinking,
+                **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort else {})}
 
     def model_overrides(self) -> dict:
-        """ModelConfig overrides: `dtype` (the paper configs compute in bf16) and
-        `enable_thinking` (the chat template's thinking switch), when set."""
+        """ModelConfig overrides, when set: `dtype` (the paper configs compute in bf16),
+        `enable_thinking` (the chat template's thinking switch) and `reasoning_effort` (the
+        GPT-OSS template's variable)."""
         out = {"dtype": self.dtype} if self.dtype else {}
         if self.enable_thinking is not None:
             out["enable_thinking"] = self.enable_thinking
+        if self.reasoning_effort is not None:
+            out["reasoning_effort"] = self.reasoning_effort
         return out
 
     @classmethod

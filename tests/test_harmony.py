@@ -187,3 +187,16 @@ def test_rendered_prompt_equals_transformers_apply_chat_template(effort):
     their_ids = fast(theirs, add_special_tokens=False)["input_ids"]
     assert TOK.encode(ours) == list(their_ids)
     assert list(thinking_marker(TOK)[0]) == fast(HEADER, add_special_tokens=False)["input_ids"]
+
+
+def test_reasoning_effort_is_an_eval_config_key_that_reaches_the_model_config():
+    from prd_jax.eval_config import EvalConfig
+
+    base = dict(model="gpt-oss-20b", operators=[{"type": "long_cot"}], num_problems=1, batch_size=1,
+                max_problem_tokens=8, seed=0)
+    assert "reasoning_effort" not in EvalConfig.from_config(base).settings()  # older workdirs' settings stay
+    high = EvalConfig.from_config(dict(base, reasoning_effort="high"))
+    assert high.model_overrides() == {"reasoning_effort": "high"} and high.settings()["reasoning_effort"] == "high"
+    assert get_model_config("gpt-oss-20b", **high.model_overrides()).reasoning_effort == "high"
+    with pytest.raises(ValueError, match=r"config.reasoning_effort='max'; allowed: None or one of"):
+        EvalConfig.from_config(dict(base, reasoning_effort="max"))
