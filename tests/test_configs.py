@@ -26,7 +26,7 @@ CONFIG_FILES = sorted(p for kind in ("sft", "rl", "eval")
                       for p in glob.glob(os.path.join(ROOT, "configs", kind, "*.py"))
                       if os.path.basename(p) != "__init__.py")
 EXTRA_ARGS = {}  # documented args beyond ARGS
-PAPER_DEVICES = {"v5p-128": 64, "8xh200": 8}
+PAPER_DEVICES = {"v5p-128": 64, "v5p-64": 32, "8xh200": 8}
 LAUNCH = {name: os.path.join(ROOT, "launch", name) for name in ("tpu_pod.sh", "gpu_slurm.sbatch", "local.sh")}
 
 
@@ -64,7 +64,7 @@ def test_discovery_finds_every_kind():
     for expected in ("configs/sft/qwen3_8b.py", "configs/sft/llama31_8b.py", "configs/rl/qwen3_8b.py",
                      "configs/rl/llama31_8b.py"):
         assert expected in names
-    assert len(PAPER) == 22  # 11 paper-scale train configs x 2 hardware args
+    assert len(PAPER) == 24  # 12 paper-scale train configs x 2 hardware args
 
 
 @pytest.mark.parametrize("path,arg", CASES, ids=[f"{_rel(p)}:{a}" for p, a in CASES])
@@ -112,7 +112,8 @@ def test_paper_numbers(path, arg):
     c = _load(path, arg)
     o = c.model.overrides
     assert (o.dtype, o.param_dtype, o.remat) == ("bfloat16", "float32", True)
-    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b-instruct-2507")
+    assert c.tokenizer == "model" and c.model.name in ("qwen3-8b", "llama3.1-8b", "qwen3-4b-instruct-2507",
+                                                       "gpt-oss-20b")
     if c.stage == "sft":
         assert c.model.init == "pretrained" and c.data.path and not c.data.mixture  # chat traces
         # PDR App. B.3: 2M-token batches of 32768-token sequences, lr 2e-5, 8B tokens
@@ -121,11 +122,12 @@ def test_paper_numbers(path, arg):
         assert c.steps == math.ceil(8e9 / 2 ** 21) == 3815
         assert c.optim.warmup_steps + c.optim.decay_steps == c.steps
         assert c.grad_accum_steps > 1
-    elif "qwen3_4b" in os.path.basename(path):  # V1 PairRL / PointRL and their RL baseline (V1 §5)
+    elif os.path.basename(path).startswith(("qwen3_4b", "gptoss20b")):  # V1 PairRL / PointRL, RL baseline (V1 §5)
         rl = RLConfig.from_config(c)
         assert (rl.advantage, rl.loss, rl.eps_low, rl.eps_high, rl.kl_coef) == ("dr_grpo", "ppo", 0.2, 0.28, 0.0)
         assert rl.aggregation == "seq_mean_token_sum_norm" and rl.minibatches > 1  # Dr.GRPO; the clip acts
-        assert rl.prompts_per_step == 64 and c.model.name == "qwen3-4b-instruct-2507"
+        assert rl.prompts_per_step == 64
+        assert c.model.name == ("gpt-oss-20b" if "gptoss20b" in path else "qwen3-4b-instruct-2507")
         if rl.verifier != "none":
             assert (rl.verifier_coef, rl.verifier_threshold, rl.verifier_baseline) == (1.0, 0.2, "group")
         assert c.optim.learning_rate == 1e-6 and c.model.init == "pretrained"
@@ -147,7 +149,7 @@ def test_paper_numbers(path, arg):
 @pytest.mark.parametrize("path", sorted({p for p, _ in PAPER}), ids=lambda p: _rel(p))
 @pytest.mark.parametrize("bad", [None, "v4-8", "8xH200 "])
 def test_unknown_arg_names_the_allowed_values(path, bad):
-    with pytest.raises(ValueError, match=r"v5p-128.*8xh200"):
+    with pytest.raises(ValueError, match=r"v5p-(128|64).*8xh200"):
         _load(path, bad)
 
 

@@ -27,7 +27,7 @@ CODE = BENCHES[:3]
 EVAL_CONFIGS = ("gptoss20b_v1_infer", "gptoss20b_v1_vs_rsa", "gptoss20b_v1_claims", "qwen3_4b_v1_matched_calls",
                 "qwen3_4b_v1_after_rl")
 RL_CONFIGS = ("qwen3_4b_pairrl", "qwen3_4b_pairrl_frozen", "qwen3_4b_pointrl", "qwen3_4b_rl_baseline")
-DEVICES = {"8xh200": 8, "v5p-128": 64}
+DEVICES = {"8xh200": 8, "v5p-128": 64, "v5p-64": 32}
 
 
 def _eval(name, arg):
@@ -87,6 +87,7 @@ def test_remote_backend_takes_the_tokenizer_from_the_environment(monkeypatch):
 
 @pytest.mark.parametrize("name,arg", [("gptoss20b_v1_infer", "codecontests,8xh200"),
                                       ("gptoss20b_v1_infer", "codecontests,v5p-128"),
+                                      ("gptoss20b_v1_infer", "codecontests,v5p-64"),
                                       ("qwen3_4b_v1_matched_calls", "livecodebench_v6,8xh200"),
                                       ("qwen3_4b_v1_after_rl", "livecodebench_v5,v5p-128")])
 def test_in_graph_args_declare_a_target_their_mesh_fills(name, arg):

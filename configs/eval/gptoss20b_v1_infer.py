@@ -5,8 +5,8 @@ paper's benchmarks: best-of-N with N = 16 candidates selected by the pairwise Sw
 without selection).
 
 Arg `BENCH[,BACKEND]`: BENCH is codecontests (default), livecodebench_v5, livecodebench_v6 or
-hmmt_feb2025; BACKEND is remote (default: a served model), 8xh200 or v5p-128 (in-graph, model
-`gpt-oss-20b`). Settings shared with the other V1 configs, what is ours and how the tokenizer /
+hmmt_feb2025; BACKEND is remote (default: a served model), 8xh200, v5p-128 or v5p-64 (in-graph,
+model `gpt-oss-20b`). Settings shared with the other V1 configs, what is ours and how the tokenizer /
 weights are found (GPT_OSS_20B_DIR): configs/eval/v1_paper.py. Paper's: N = 16, m = 1, 2, 3,
 d_min = 2, h = 8, tau = 0.1, top-p 0.95, T = 0.6 on code and 1.0 on HMMT (V1 §4).
 
@@ -52,7 +52,15 @@ _spec = importlib.util.spec_from_file_location("v1_paper", os.path.join(HERE, "v
 V1 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(V1)
 
-ARGS = tuple(V1.BENCHMARKS) + ("codecontests,8xh200", "codecontests,v5p-128")
+ARGS = tuple(V1.BENCHMARKS) + ("codecontests,8xh200", "codecontests,v5p-128", "codecontests,v5p-64")
+# In-graph pods (ours, like every pod setting), over configs/eval/v1_paper.py's PODS:
+# - v5p-64 (issue 34 §4 asks the fit there; 32 chips, topology 2x4x4): the v5p-128 layout at half the
+#   fsdp width, the 32 experts 4 per fsdp shard; 8 rows in flight per batch shard (64 per call).
+# - 8xh200: 2 rows in flight per batch shard (4 per call), not the Qwen configs' 16.
+# At 16 rows per shard a judge call's prefill overflows a chip on both targets; on 8xh200 the fit is
+# XLA:CPU's, whose `ragged_dot` lowering expands the experts densely (docs/results/2026-12-03-aot-fit-3.md).
+POD_OVERRIDES = {"v5p-64": dict(mesh="data=1,fsdp=8,tensor=4", target="v5p:2x4x4", batch_size=8, max_rows=64),
+                 "8xh200": dict(max_rows=4)}
 
 
 def operators(bench: str) -> list:
@@ -61,5 +69,16 @@ def operators(bench: str) -> list:
 
 
 def get_config(arg=None):
-    bench, backend = V1.parse_arg(arg, __file__)
-    return V1.config("gpt-oss-20b", operators(bench), bench, backend)
+    bench, _, pod = (arg or "").partition(",")
+    try:  # v5p-64 is this config's own pod: the v5p-128 config, re-laid
+        bench, backend = V1.parse_arg(f"{bench},v5p-128" if pod == "v5p-64" else arg, __file__)
+    except ValueError:
+        raise ValueError(f"configs/eval/{os.path.basename(__file__)}: arg {arg!r} unknown; allowed: BENCH or "
+                         f"BENCH,BACKEND with BENCH in {tuple(V1.BENCHMARKS)} and BACKEND in "
+                         f"{V1.BACKENDS + ('v5p-64',)} (none given: codecontests, remote)") from None
+    c = V1.config("gpt-oss-20b", operators(bench), bench, backend)
+    over = dict(POD_OVERRIDES.get(pod, {}))
+    if "max_rows" in over:
+        c.sampling.max_rows = over.pop("max_rows")
+    c.update(over)
+    return c

@@ -143,7 +143,10 @@ def compile_all(config, target: Target, only: Optional[List[str]] = None, whole_
         rows.append(Row(p.name, mem.argument_size_in_bytes, mem.temp_size_in_bytes, mem.output_size_in_bytes,
                         mem.alias_size_in_bytes, target.chip.hbm_bytes, p.analytic_bytes, p.flops, p.est_seconds,
                         time.perf_counter() - t0, p.detail, p.knob))
-        log.info("compiled %s in %.1f s", p.name, rows[-1].compile_seconds)
+        r = rows[-1]  # logged as each program compiles, so a run cut off by a time limit keeps its figures
+        log.info("compiled %s in %.1f s: %.2f GB per device (args %.2f, temps %.2f, outputs %.2f) of %.2f HBM",
+                 p.name, r.compile_seconds, r.bytes_per_device / 1e9, r.arguments / 1e9, r.temporaries / 1e9,
+                 (r.outputs - r.aliased) / 1e9, r.hbm_bytes / 1e9)
     return rows
 
 
