@@ -61,6 +61,7 @@ def get_config(arg=None):
     c = load_config(f"{os.path.join(HERE, 'qwen3_4b_pairrl.py')}:8xh200")  # the PairRL recipe, code setting
     c.model.name = "gpt-oss-20b"
     c.model.overrides.enable_thinking = None  # harmony: no thinking switch (see the docstring)
+    c.model.overrides.reasoning_effort = "medium"  # harmony's template variable; --config.model.overrides.reasoning_effort=high
     c.model.path = "/path/to/gpt-oss-20b"  # placeholder: override with --config.model.path
     c.mesh, c.target = pod["mesh"], pod["target"]
     axes = dict(part.split("=") for part in pod["mesh"].split(","))
