@@ -10,8 +10,8 @@ Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.js
 
 Serve: `prd-jax serve --model smollm2-135m` runs as a subprocess (JAX_PLATFORMS as in this
 process, else cpu) with `--max-batch-rows` decode slots (default `--concurrency`: one per
-client), `--decode-chunk` and `--prompt-buckets` (default `auto`: the length buckets of the
-workload's median and longest prompt, counted with the model's chat template); the server
+client), `--decode-chunk` and `--prompt-buckets` (default `auto`: the multiples of 32 that the
+workload's prompts, counted with the model's chat template, round up to); the server
 compiles every program those prompts and `--max-new-tokens` meet before `/health` answers 200
 (`--warmup-max-tokens`), so no compile lands in the timed pass (`serve_compiles_timed`,
 read from the server's "sampler: compiling" log lines, says whether one did). Then
@@ -76,14 +76,13 @@ def gsm8k_messages(n: int) -> list:
     return [[{"role": "user", "content": p["problem"]}] for p in get_task("gsm8k").problems("test", limit=n)]
 
 
-def auto_prompt_buckets(messages: list) -> str:
-    """"A,B": the length buckets of the median and the longest chat prompt of the workload."""
-    from prd_jax.sampling import length_bucket
+def auto_prompt_buckets(messages: list, step: int = 32) -> str:
+    """"A,B,...": the multiples of `step` that the workload's chat prompts round up to (a
+    prompt is prefilled at its bucket's width, so finer buckets prefill less padding)."""
     from prd_jax.train.setup import model_tokenizer
 
     tok = model_tokenizer(MODEL, None)
-    lengths = sorted(len(tok.encode_chat(m)) for m in messages)
-    buckets = sorted({length_bucket(lengths[len(lengths) // 2]), length_bucket(lengths[-1])})
+    buckets = sorted({-(-len(tok.encode_chat(m)) // step) * step for m in messages})
     return ",".join(str(b) for b in buckets)
 
 
@@ -257,7 +256,7 @@ def main():
                         help="the server's decode slots, --max-batch-rows (default: --concurrency)")
     parser.add_argument("--decode-chunk", type=int, default=8, help="the server's --decode-chunk")
     parser.add_argument("--prompt-buckets", default="auto",
-                        help="the server's --prompt-buckets; auto: the workload's median and longest prompt buckets")
+                        help="the server's --prompt-buckets; auto: the multiples of 32 the workload's prompts round up to")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the server's --batch-wait-ms")
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free one")
     parser.add_argument("--warmup-requests", type=int, default=0,

@@ -113,12 +113,31 @@ def test_cache_width_follows_the_rows(tiny):
     cfg, params = tiny
     engine = _ready(Engine(cfg, params, Tok(), max_rows=2, decode_chunk=8))
     try:
-        assert engine.cache_width(10) == 64 and engine.cache_width(65) == 128
-        row = Row(PROMPTS[1], 100, 0.0, 1.0, 0, seed=3)  # 16 + 100 > 64: the pool grows past 64
+        # widths step by an eighth of the power of two above, at least 64
+        assert [engine.cache_width(r) for r in (10, 65, 129, 300, 449, 511)] == [64, 128, 192, 320, 512, 512]
+        row = Row(PROMPTS[1], 100, 0.0, 1.0, 0, seed=3)  # 9 + 100 > 64: the pool grows past 64
         ids = engine.submit([row])[0].result(timeout=300).ids
+        assert ("decode", 128, False) in engine._programs
+        # a 14-token prompt padded to 16 reaches 14 + 50 = 64 slots once moved to slot 0 (16 + 50 unmoved)
+        fits = Row(PROMPTS[3], 50, 0.0, 1.0, 0, seed=4)
+        fits_ids = engine.submit([fits])[0].result(timeout=300).ids
+        assert engine._width == 64  # its last chunk ran at 64 slots
     finally:
         engine.stop()
     assert ids == _alone(cfg, params, row, longest=100)[0]
+    assert fits_ids == _alone(cfg, params, fits)[0]
+
+
+def test_shift_row_moves_a_left_padded_prompt_to_slot_0():
+    k = np.arange(2 * 3 * 8, dtype=np.float32).reshape(1, 2, 3, 8) + 1  # [1, K, Dh, P=8]
+    v = np.arange(2 * 8 * 3, dtype=np.float32).reshape(1, 2, 8, 3) + 1  # [1, K, P, Dh]
+    (wide,) = S.shift_row(((k, v),), 3, 12)  # a 5-token prompt in slots 3..7
+    (narrow,) = S.shift_row(((k, v),), 3, 6)
+    np.testing.assert_array_equal(wide[0][..., :5], k[..., 3:])
+    np.testing.assert_array_equal(wide[1][:, :, :5], v[:, :, 3:])
+    np.testing.assert_array_equal(wide[0][..., 8:], 0)  # zero slots past the row's P
+    assert wide[0].shape == (1, 2, 3, 12) and narrow[1].shape == (1, 2, 6, 3)
+    np.testing.assert_array_equal(narrow[0][..., :5], k[..., 3:])
 
 
 def test_row_filters_equal_the_samplers_masks():

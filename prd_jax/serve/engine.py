@@ -10,8 +10,12 @@ and length. A row's key is `fold_in(key(seed), sample)` and its t-th token uses
 `fold_in(key, t)`, as `Sampler` does, so its tokens depend on its own seed alone.
 
 Shapes: a program per prompt width (prefill), per cache width (decode chunk), and small
-insert / resize programs. Prompts are padded to `prompt_buckets` (else the length ladder);
-cache widths are powers of two. `warmup_max_tokens` compiles every program that requests of
+insert / resize programs. Prompts are padded to `prompt_buckets` (else the length ladder)
+for the prefill; the insert then moves a prompt of n tokens to cache slots 0 .. n-1 (on
+models without sliding-window layers), so a row reaches n + t slots at its t-th token, not
+its padded width + t. Cache widths step by an eighth of the power of two above (64, 128,
+..., 448, 512, 640, ...), so the pool attends over at most 1/8 more slots than the live
+rows reach. `warmup_max_tokens` compiles every program that requests of
 up to that many new tokens on prompts within the buckets can meet, before `/health` reports
 ready, so no compile lands on a request. Every compile is logged as "sampler: compiling".
 """
@@ -30,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax.model.decoder import decode_weights
+from prd_jax.model.decoder import decode_weights, ring_windows
 from prd_jax.sampling import bucket, length_bucket
 from prd_jax.serve import slots as S
 
@@ -69,14 +73,14 @@ class _Live:
     """Host view of an occupied slot."""
 
     row: Row
-    width: int  # its prompt's padded width: its first generated token goes to cache slot `width`
+    base: int  # the cache slot of its first generated token (its prompt's length, or padded width)
     ids: list
     logprobs: list
     top: dict
 
     @property
     def index(self) -> int:
-        return self.width + len(self.ids)
+        return self.base + len(self.ids)
 
 class Engine:
     """Owns the model, the slot pool and a decode thread; `submit` rows, await their futures."""
@@ -95,6 +99,7 @@ class Engine:
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk={decode_chunk}; must be >= 1 (decode steps between admissions)")
         self.cfg, self.params, self.tok, self.mesh = cfg, params, tokenizer, mesh
+        self._shift = ring_windows(cfg) is None  # rings keep their absolute slots: no moved prompts
         self.max_rows, self.wait_s, self.steps = max_rows, wait_s, decode_chunk
         self.prompt_buckets, self.warmup_max_tokens = buckets, warmup_max_tokens
         self.ready = threading.Event()
@@ -133,7 +138,15 @@ class Engine:
         return max(n, min(width, self.context - max_tokens))
 
     def cache_width(self, reach: int) -> int:
-        return min(self.context, bucket(reach, MIN_WIDTH))
+        """The pool's cache width for rows reaching `reach` slots: a multiple of an eighth of
+        the power of two above (at least `MIN_WIDTH`): 64, 128, ..., 512, 640, 768, ..."""
+        step = max(MIN_WIDTH, bucket(reach, MIN_WIDTH) // 8)
+        return min(self.context, -(-max(reach, 1) // step) * step)
+
+    def _base(self, n: int, width: int) -> int:
+        """Where a prompt of `n` tokens padded to `width` puts its first generated token: slot
+        n when the pool moves prompts to slot 0 (no sliding layer), else slot `width`."""
+        return n if self._shift else width
 
     def warmup_shapes(self) -> dict:
         """The prompt widths and cache widths the warm-up compiles: every prompt bucket, and
@@ -143,9 +156,9 @@ class Engine:
         room = self.context - self.warmup_max_tokens
         prompts = [w for w in self.prompt_buckets if w <= room] or [min(16, room)]
         top = self.cache_width(prompts[-1] + self.warmup_max_tokens)
-        caches = sorted({self.cache_width(prompts[0] + 1)} | {w for w in (2 ** i for i in range(31))
-                                                              if self.cache_width(prompts[0] + 1) <= w <= top})
-        return {"prompts": prompts, "caches": [w for w in caches if w <= top]}
+        low = 1 if self._shift else prompts[0] + 1  # moved prompts start at slot 0
+        caches = sorted({self.cache_width(r) for r in range(low, top + 1)})
+        return {"prompts": prompts, "caches": caches}
 
     # -- programs -----------------------------------------------------------------------
 
@@ -168,7 +181,10 @@ class Engine:
         cfg = self.cfg
 
         def fn(pool, slot, logits, caches, key, fields):
-            caches = S.resize(cfg, dict(caches=caches), width)["caches"]
+            if self._shift:  # the prompt (n = fields["index"] tokens) moves to slots 0 .. n-1
+                caches = S.shift_row(caches, prompt_width - fields["index"], width)
+            else:
+                caches = S.resize(cfg, dict(caches=caches), width)["caches"]
             return S.insert(pool, slot, logits, caches, key, fields)
         one = jax.eval_shape(lambda p, n: S.prefill_row(cfg, self.params, p, n, prompt_width),
                              jax.ShapeDtypeStruct((1, prompt_width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
@@ -232,7 +248,7 @@ class Engine:
         for p in shapes["prompts"]:
             self._prefill(p)
             for width in shapes["caches"]:
-                if width > p:
+                if width > p or self._shift:  # a moved prompt fits any width past its length
                     self._insert(p, width)
         for a in shapes["caches"]:
             for b in shapes["caches"]:
@@ -282,17 +298,18 @@ class Engine:
         tokens = np.full((1, width), self.tok.pad_id, np.int32)
         tokens[0, width - n:] = row.prompt
         logits, caches = self._prefill(width)(self.params, jnp.asarray(tokens), jnp.asarray([n], np.int32))
-        self._fit(extra=min(width + self.steps, width + row.max_tokens))
-        fields = dict(index=np.int32(width), start=np.int32(width - n), count=np.int32(0),
+        base = self._base(n, width)
+        self._fit(extra=base + min(self.steps, row.max_tokens))
+        fields = dict(index=np.int32(base), start=np.int32(base - n), count=np.int32(0),
                       limit=np.int32(row.max_tokens), active=np.bool_(True), temperature=np.float32(row.temperature),
                       top_p=np.float32(row.top_p), top_k=np.int32(row.top_k))
         key = S.row_key(row.seed, row.sample)
         self._pool = self._insert(width, self._width)(self._pool, np.int32(slot), logits, caches, key, fields)
-        self._live[slot] = _Live(row, width, [], [], self._top(np.asarray(logits)[0], row.top_logprobs))
+        self._live[slot] = _Live(row, base, [], [], self._top(np.asarray(logits)[0], row.top_logprobs))
 
     def _fit(self, extra: int = 0) -> None:
         """Resize the pool to the cache width the live rows (and `extra`) reach in the next chunk."""
-        reach = max([extra] + [min(live.index + self.steps, live.width + live.row.max_tokens)
+        reach = max([extra] + [min(live.index + self.steps, live.base + live.row.max_tokens)
                                for live in self._live if live is not None])
         want = self.cache_width(reach)
         if want != self._width:

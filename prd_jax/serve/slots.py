@@ -4,7 +4,8 @@ between short decode chunks (issue 32 §5: "finished rows leave early").
 The pool holds `S` slots. A slot is one row: its per-layer decode caches
 (`decoder.decode_cache` layout, `W` cache slots), its next-token logits, its key and where it
 stands: `index` (the cache slot its next token is written to), `start` (its first valid cache
-slot: a prompt of n tokens prefilled at width P fills slots P-n .. P-1), `count` (tokens
+slot: 0 once `shift_row` has moved its prompt of n tokens to slots 0 .. n-1; P-n when a
+prompt prefilled at width P keeps slots P-n .. P-1), `count` (tokens
 generated), `limit` (its `max_tokens`), `active`, and its own temperature / top-p / top-k.
 
 - `decode_chunk` runs up to `steps` decode steps of all slots at once, every row writing at
@@ -101,6 +102,20 @@ def prefill_row(cfg: ModelConfig, params, prompt: Array, length: Array, width: i
     of `width` >= P slots, sliding layers as rings)."""
     logits, cache = prefill(cfg, params, prompt, length, prompt.shape[1])
     return logits, decode_cache(cache, slots=width, windows=ring_windows(cfg))
+
+
+def shift_row(caches: tuple, shift: Array, width: int) -> tuple:
+    """One row's plain (no ring) decode caches of P slots moved `shift` slots toward slot 0
+    and cut or zero-padded to `width`: a prompt left-padded to P (slots P-n .. P-1) then fills
+    slots 0 .. n-1, so the row reaches n + t slots at step t instead of P + t. Slots past the
+    prompt hold padding's keys: they are masked until the row writes them."""
+    def move(x, axis):
+        x = jnp.roll(x, -shift, axis=axis)
+        size = x.shape[axis]
+        if width < size:
+            return jax.lax.slice_in_dim(x, 0, width, axis=axis)
+        return jnp.pad(x, [(0, width - size if a == axis else 0) for a in range(x.ndim)])
+    return tuple((move(k, 3), move(v, 2)) for k, v in caches)
 
 
 def insert(pool: dict, slot: Array, logits: Array, caches: tuple, key: Array, fields: dict) -> dict:
