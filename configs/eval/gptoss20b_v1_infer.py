@@ -28,9 +28,11 @@ of the next token: vLLM must allow 20 (`--max-logprobs 20`; `backend.rating_top_
 Request ESTIMATE (`prd-jax compile --estimate` with a stand-in tokenizer: upper bounds, nothing
 sent): codecontests 207,400 requests, 2.4e9 prompt and 1.0e9 completion tokens over the five
 operators; hmmt_feb2025 36,600 requests, 5.3e8 and 1.8e8 tokens. The in-graph args declare
-`target` h200:8 / v5p:4x4x4; their fit is not yet recorded. Runtime ESTIMATE in-graph
-(`prd-jax compile --estimate`, roofline, a floor), codecontests,8xh200: at most 1.0e9 generated
-tokens, 18 h.
+`target` h200:8 / v5p:4x4x4 / v5p:2x4x4 (v5p-64); codecontests,8xh200 fits and
+codecontests,v5p-64 fits the programs compiled so far; v5p-128 is not compiled
+(docs/results/2026-12-03-aot-fit-3.md). Runtime ESTIMATE in-graph (`prd-jax compile --estimate`,
+roofline, a floor), codecontests,8xh200 at 32 rows in flight per call: at most 1.0e9 generated
+tokens, 18 h; the pod now keeps 4 in flight, so longer.
 
 Expected (paper, V1 §4 as issue 33 quotes it): "On CodeContests, GPT-OSS-20B improves from
 66.06% to 73.33%"; "+8.6% on LiveCodeBench-v5"; "+10.0% on HMMT"; abstract: "V1-Infer improves
@@ -55,11 +57,11 @@ _spec.loader.exec_module(V1)
 ARGS = tuple(V1.BENCHMARKS) + ("codecontests,8xh200", "codecontests,v5p-128", "codecontests,v5p-64")
 # In-graph pods (ours, like every pod setting), over configs/eval/v1_paper.py's PODS:
 # - v5p-64 (issue 34 §4 asks the fit there; 32 chips, topology 2x4x4): the v5p-128 layout at half the
-#   fsdp width, the 32 experts 4 per fsdp shard; 8 rows in flight per batch shard (64 per call).
+#   fsdp width, the 32 experts 4 per fsdp shard; 2 rows in flight per batch shard (16 per call).
 # - 8xh200: 2 rows in flight per batch shard (4 per call), not the Qwen configs' 16.
-# At 16 rows per shard a judge call's prefill overflows a chip on both targets; on 8xh200 the fit is
-# XLA:CPU's, whose `ragged_dot` lowering expands the experts densely (docs/results/2026-12-03-aot-fit-3.md).
-POD_OVERRIDES = {"v5p-64": dict(mesh="data=1,fsdp=8,tensor=4", target="v5p:2x4x4", batch_size=8, max_rows=64),
+# With more rows per shard a judge call's prefill overflows a chip (v5p-64 at 8; 8xh200 at 4, as XLA:CPU
+# measures it: its `ragged_dot` lowering expands the experts densely); docs/results/2026-12-03-aot-fit-3.md.
+POD_OVERRIDES = {"v5p-64": dict(mesh="data=1,fsdp=8,tensor=4", target="v5p:2x4x4", batch_size=8, max_rows=16),
                  "8xh200": dict(max_rows=4)}
 
 
