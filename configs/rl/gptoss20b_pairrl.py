@@ -23,7 +23,8 @@ per sampler call (`sampling.max_rows`): 16 / 8, i.e. 2 / 4 per batch shard, not 
 calls showed; on 8xh200 as XLA:CPU measures it, whose `ragged_dot` lowering expands the experts
 densely). The fit (docs/results/2026-12-03-aot-fit-3.md):
 on 8xh200 the rollout and verifier calls fit and the train step does not (170.79 GB per device as
-XLA:CPU measures it, at one row per shard already); v5p-64 as recorded there.
+XLA:CPU measures it, at one row per shard already); on v5p-64 the verifier call fits and the train
+step's compile was stopped past 12 GB of host memory, so its fit is not known.
 
 Command to run (pretrained weights, MXFP4 experts dequantised on load; one 8xH200 node is the
 smallest host):
