@@ -14,9 +14,12 @@ Command to run:
     prd-jax eval --config configs/eval/adaptive_pdr_gsm8k.py --workdir runs/adaptive_pdr_gsm8k \
         --config.num_problems=32
 
-Expected: the paper gives no figure (it has no adaptive schedule); ours: not yet run. SmolLM2-135M is weak on
-GSM8K (0/4 on smollm2_gsm8k.py's slice), so most drafts disagree and adaptive PDR should cost
-close to fixed PDR (8, 1); the point is the budget accounting on a real model and tokenizer.
+Expected: the paper gives no figure (it has no adaptive schedule). Ours: the 32-problem run is not
+yet made; on the first 8 problems (partial, docs/results/2026-12-03-adaptive-pdr-2.md) Long-CoT and
+fixed PDR score 0/8 at every budget, so the curves cannot rise on SmolLM2-135M; adaptive PDR at
+tau = 0.25 stops every problem after its first 2 drafts (one answered draft of 2 is a share of 1/2),
+B_total about 190 against PDR (8, 1)'s about 840. The point is the budget accounting on a real
+model and tokenizer.
 """
 
 import os
