@@ -32,6 +32,7 @@ OPERATORS = [
     dict(type="pdr", schedule=(2, 1), distill="global_summary", k=2, kappa=12, **SMALL),
     dict(type="best_of_n", n=4, selector="pairwise_v1", judge=JUDGE, **SMALL),
     dict(type="rsa", population=2, subset=2, loops=1, **SMALL),
+    dict(type="adaptive_pdr", waves=2, min_fanout=2, max_fanout=2, tau=0.75, k=2, signal="majority", **SMALL),
 ]
 
 
