@@ -53,3 +53,13 @@ LONG_FIRST = ("test_serve.py", "test_evaluate.py", "test_compile.py", "test_mult
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: order within a file kept
+
+
+@pytest.fixture()
+def spread_reward(monkeypatch):
+    """RL rewards with spread for a random tiny model, which is never right (`fakes.spread_rewards`):
+    groups get strict pairs and nonzero advantages."""
+    from fakes import spread_rewards
+    from prd_jax.train import rl as rl_mod
+
+    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: spread_rewards(texts, keys))

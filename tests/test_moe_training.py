@@ -22,6 +22,7 @@ from prd_jax.train.rl import RLConfig, rl_loss_fn
 from prd_jax.train.sft import sft_loss_fn
 from prd_jax.train.state import TrainState
 from prd_jax.train.step import split_microbatches, train_step
+from fakes import RolloutState
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -232,19 +233,6 @@ def moe_rl_config(name: str, coef: float):
     return config
 
 
-class _State:
-    def __init__(self, params, rng):
-        self.params, self.rng = params, rng
-
-
-@pytest.fixture()
-def spread_reward(monkeypatch):
-    from prd_jax.train import rl as rl_mod
-
-    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: [
-        {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "tiny_pairrl"])
 def test_rl_and_pairrl_steps_run_on_the_moe_model(spread_reward, name):
@@ -263,7 +251,7 @@ def test_rl_and_pairrl_steps_run_on_the_moe_model(spread_reward, name):
     stage = RLStage(config, cfg, tok, mesh)
     optimizer, schedule = optimizer_from(config)
     state = create_state(cfg, optimizer, mesh, jax.random.key(config.seed))
-    batch, host = stage.next_batch(_State(state.params, state.rng), 0)
+    batch, host = stage.next_batch(RolloutState(state.params, state.rng), 0)
     if name == "tiny_pairrl":
         assert host["verifier/rows"] > 0
     before = jax.device_get(state.params)

@@ -17,6 +17,7 @@ from prd_jax.train.losses import aggregate, policy_loss
 from prd_jax.train.operator_rl import pointwise_subset, verifier_advantages
 from prd_jax.train.rl import RLConfig, batch_rows, verifier_budget
 from prd_jax.train.step import minibatch_updates
+from fakes import RolloutState
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 RL_DIR = os.path.join(ROOT, "configs", "rl")
@@ -193,18 +194,6 @@ def _stage(name, extra=()):
     return RLStage(config, cfg, tok, mesh), config, cfg, mesh
 
 
-class _State:
-    def __init__(self, params, rng):
-        self.params, self.rng = params, rng
-
-
-@pytest.fixture()
-def spread_reward(monkeypatch):
-    """A reward with spread (a random tiny model is never right), so strict pairs exist."""
-    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: [
-        {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts])
-
-
 def _start(config, cfg, mesh):
     """The params and rng `trainer.fit` starts a random-init run from."""
     from prd_jax.train.state import create_state
@@ -218,7 +207,7 @@ def _start(config, cfg, mesh):
 def test_pointrl_rows_and_group_baseline_on_the_stage(spread_reward):
     stage, config, cfg, mesh = _stage("tiny_pointrl", ["--config.rl.verifier_pointwise_per_prompt=2"])
     params, rng = _start(config, cfg, mesh)
-    batch, metrics = stage.next_batch(_State(params, rng), 0)
+    batch, metrics = stage.next_batch(RolloutState(params, rng), 0)
     v = slice(stage.num_standard * 4, None)  # verifier rows follow the 2 x 4 generator rows
     assert stage.verifier.rows == 2 * 2 == metrics["verifier/rows"]
     adv = batch["advantages"][v].reshape(2, 2)
@@ -244,10 +233,10 @@ def test_frozen_base_candidates_come_from_the_initial_params(spread_reward):
         return out
 
     stage.verifier, stage._standard = Recorder(), record_standard
-    stage.next_batch(_State(params, rng), 0)
+    stage.next_batch(RolloutState(params, rng), 0)
     # a deliberately changed policy at step 1
     changed = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(7), x.shape, x.dtype), params)
-    stage.next_batch(_State(changed, rng), 1)
+    stage.next_batch(RolloutState(changed, rng), 1)
     (policy_p, _, chosen, policy_out), (base_p, base_key, _, base_out) = rollouts[-2:]
     verifier_p, cand_tok, cand_len = calls[-1]
     assert verifier_p is changed and policy_p is changed  # the policy generates and verifies
@@ -263,7 +252,7 @@ def test_frozen_base_candidates_come_from_the_initial_params(spread_reward):
 
     # a resumed run (no step 0 in this process) rebuilds the same initial params from the config
     fresh, *_ = _stage("tiny_pairrl_frozen")
-    got = fresh._initial(_State(changed, rng), 1)
+    got = fresh._initial(RolloutState(changed, rng), 1)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(initial)):
         np.testing.assert_array_equal(np.asarray(a), b)
 
@@ -277,7 +266,7 @@ def test_policy_mode_quotes_the_step_rollouts(spread_reward):
     stage.verifier = lambda p, key, ids, tok, lens, correct, vrng: (calls.append(np.asarray(tok)),
                                                                     verifier(p, key, ids, tok, lens, correct, vrng))[1]
     stage._standard = lambda p, key, chosen: (lambda out: (rollouts.append(out[2]), out)[1])(standard(p, key, chosen))
-    _, metrics = stage.next_batch(_State(params, rng), 0)
+    _, metrics = stage.next_batch(RolloutState(params, rng), 0)
     assert len(rollouts) == 1  # no extra rollout
     np.testing.assert_array_equal(calls[0], rollouts[0][0])
     assert metrics["verifier/candidate_accuracy"] == float(np.mean(rollouts[0][2]))
