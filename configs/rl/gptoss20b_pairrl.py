@@ -34,7 +34,7 @@ smallest host):
         gs://BUCKET/pairrl_gptoss20b --config.model.path=/data/gpt-oss-20b
 Fit check first: `prd-jax compile --config configs/rl/gptoss20b_pairrl.py:v5p-64 --json`.
 Reproduces: nothing the paper reports for this model (see below); it carries the PairRL recipe to
-GPT-OSS-20B. Expected (paper): none for this setting. The V1 paper's PairRL figures (abstract:
+GPT-OSS-20B. Expected (paper): the paper gives no figure for this setting. Its PairRL figures (abstract:
 "V1-PairRL achieves 7-9% test-time scaling gains over standard RL and pointwise joint training,
 and improves base Pass@1 by up to 8.7% over standard RL in a code-generation setting") are, in the
 text available to us, not attributed to GPT-OSS-20B, and no PairRL figure for GPT-OSS-20B could be
