@@ -23,10 +23,9 @@ Command to run:
     prd-jax demo --workdir /tmp/demo --config.quick=True   # smoke version (tests/test_demo.py)
     prd-jax demo --workdir /tmp/control --config.task=modchain
 
-Expected: about 11 minutes on 2 idle CPU cores from a fresh clone, setup included, before
-adaptive PDR's pass; that pass costs about one PDR evaluation per checkpoint, so about 12
-minutes (an estimate, not a timing: docs/results/2026-12-03-adaptive-pdr.md). Results per seed
-in docs/results/2026-12-01-demo-results.md.
+Expected: 11m48s on 2 idle CPU cores from a fresh clone with the environment set up (the
+setup adds about 1m15s; docs/results/2026-12-03-quiet-reruns.md). Results per seed in
+docs/results/2026-12-01-demo-results.md and docs/results/2026-12-03-adaptive-pdr-2.md.
 """
 
 import ml_collections
