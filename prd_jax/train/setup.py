@@ -256,12 +256,15 @@ def _task_sft_examples(config, tokenizer, task) -> tuple[list, list]:
     held = []
     if eval_split and task.source is not None and eval_split in task.source.split_names:
         held = task.problems(eval_split, data_dir=data_dir)
-    examples = [sft.examples_from_text_rows(tokenizer, task_sft_rows(task, rows, f"task {task.name!r} split {s!r}"),
-                                            f"{task.name}:{s}") if rows else [] for rows, s in ((train, split),
-                                                                                              (held, eval_split))]
-    log.info("SFT data: task %s: %d train examples (%s), %d held out (%s)", task.name, len(examples[0]), split,
-             len(examples[1]), eval_split if held else None)
-    return examples[0], examples[1]
+
+    def examples(rows: list, name: str) -> list:
+        where = f"task {task.name!r} split {name!r}"
+        return sft.examples_from_text_rows(tokenizer, task_sft_rows(task, rows, where), f"{task.name}:{name}")
+
+    train_ex, held_ex = examples(train, split), examples(held, eval_split) if held else []
+    log.info("SFT data: task %s: %d train examples (%s), %d held out (%s)", task.name, len(train_ex), split,
+             len(held_ex), eval_split if held else None)
+    return train_ex, held_ex
 
 
 def sft_examples(config, tokenizer) -> tuple[list, list]:
