@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.moe import (clamped_swiglu, experts_dense, experts_grouped, load_balancing_loss, moe_tokens,
-                               route)
+from prd_jax.model.moe import (clamped_swiglu, experts_dense, experts_grouped, load_balancing_loss, moe_sequence,
+                               moe_tokens, route)
 
 LIMIT, ALPHA = 7.0, 1.702
 _moe = jax.jit(moe_tokens, static_argnums=(2, 3, 4, 5))
@@ -93,6 +93,42 @@ def test_grouped_gradients_equal_dense():
     assert float(jnp.abs(g_grouped[0]["gate_up"]).sum()) > 0
 
 
+@pytest.mark.parametrize("rows,s,chunk", [(3, 10, 4), (2, 8, 8), (1, 7, 2), (2, 9, 16)])
+def test_chunked_sequence_equals_token_loop(rows, s, chunk):
+    """`moe_sequence` in chunks of positions (a ragged last chunk included) gives every token
+    the per-token loop's output, and the routing in the unchunked token order."""
+    e, k, d, f = 5, 2, 12, 10
+    p = _params(e, d, f, seed=rows + s)
+    y = np.random.RandomState(chunk).randn(rows, s, d).astype(np.float32)
+    run = jax.jit(moe_sequence, static_argnums=(2, 3, 4, 5, 6))
+    out, logits, chosen = run(jnp.asarray(y), p, k, LIMIT, ALPHA, "grouped", chunk)
+    assert out.shape == (rows, s, d)
+    ref = _numpy_moe(y.reshape(-1, d), p, k).reshape(rows, s, d)
+    np.testing.assert_allclose(np.asarray(out), ref, atol=2e-5 * np.abs(ref).max())
+    want_logits, want_chosen, _ = route(jnp.asarray(y.reshape(-1, d)), p["router"], p["router_bias"], k)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(want_logits), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(chosen), np.asarray(want_chosen))
+
+
+def test_chunked_sequence_gradients_equal_whole():
+    """The chunked block's gradients (its remat'd chunks) equal the whole block's, for the
+    input and every expert parameter."""
+    e, k, d, f = 4, 2, 8, 6
+    p = jax.tree.map(jnp.asarray, _params(e, d, f, seed=5))
+    y = jnp.asarray(np.random.RandomState(1).randn(2, 11, d).astype(np.float32))
+    w = jnp.cos(jnp.arange(d, dtype=jnp.float32))
+
+    def loss(params, ys, chunk):
+        out, logits, _ = moe_sequence(ys, params, k, LIMIT, ALPHA, "grouped", chunk)
+        return jnp.sum(out * w) + 0.1 * jnp.sum(jnp.tanh(logits))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+    whole, chunked = grad(p, y, 0), grad(p, y, 3)
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(chunked)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-4, rtol=1e-4)
+    assert float(jnp.abs(chunked[1]).sum()) > 0
+
+
 def test_load_balancing_loss_hand_computed():
     # 2 tokens, 2 experts, top-1. Token 0: logits (0, ln 3) -> probs (1/4, 3/4), picks expert 1;
     # token 1: logits (0, 0) -> probs (1/2, 1/2), picks expert 0 (the first of a tie).
@@ -115,6 +151,8 @@ def test_config_errors_name_the_field():
         ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=5)
     with pytest.raises(ValueError, match="moe_dispatch='sparse'"):
         ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=2, moe_dispatch="sparse")
+    with pytest.raises(ValueError, match="moe_chunk=-1; allowed: an int >= 0"):
+        ModelConfig("gpt_oss", **base, num_experts=4, experts_per_token=2, moe_chunk=-1)
     with pytest.raises(ValueError, match="num_experts=4; only family 'gpt_oss'"):
         ModelConfig("llama", **base, num_experts=4, experts_per_token=2)
     with pytest.raises(ValueError, match="sliding_layers"):
@@ -174,3 +212,27 @@ def test_moe_train_step_reduces_loss():
             assert float(jnp.abs(grads["layers"]["mlp"]["router"]).sum()) > 0
         params = jax.tree.map(lambda w, g: w - 0.5 * g, params, grads)
     assert losses[-1] < losses[0] - 0.1, losses
+
+
+def test_model_moe_chunk_changes_no_logit_or_router_loss():
+    """A tiny GPT-OSS with `moe_chunk` 4 (rows of 10 positions: chunks 4, 4, 2) gives the
+    logits, router loss and input gradient of the unchunked model."""
+    from prd_jax.model.decoder import forward_with_router_loss, init_params
+
+    cfg = _tiny_moe_cfg(remat="full")
+    params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(3))
+    tokens = jax.random.randint(jax.random.key(4), (2, 10), 0, cfg.vocab_size)
+    positions = jnp.broadcast_to(jnp.arange(10), (2, 10))
+    mask = jnp.array([[1] * 10, [0] * 3 + [1] * 7], bool)
+
+    def run(c, p):
+        logits, (total, count) = forward_with_router_loss(c, p, tokens, positions, token_mask=mask)
+        return jnp.sum(jax.nn.log_softmax(logits)[..., 0]) + total / count, (logits, total / count)
+
+    grad = jax.jit(jax.grad(run, argnums=1, has_aux=True), static_argnums=0)
+    g0, (logits0, aux0) = grad(cfg, params)
+    g4, (logits4, aux4) = grad(cfg.replace(moe_chunk=4), params)
+    np.testing.assert_allclose(np.asarray(logits4), np.asarray(logits0), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(float(aux4), float(aux0), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g4)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-4, rtol=1e-4)

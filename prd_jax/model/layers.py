@@ -39,7 +39,7 @@ from jax.sharding import Mesh
 
 from prd_jax.mesh import named_sharding
 from prd_jax.model.config import ModelConfig, RopeScaling, YarnScaling
-from prd_jax.model.moe import moe_tokens
+from prd_jax.model.moe import moe_sequence
 
 Array = jax.Array
 Matmul = Callable[[Array, Array], Array]
@@ -143,12 +143,12 @@ def attention_output(cfg: ModelConfig, p: dict, out: Array, matmul: Matmul) -> A
 def feed_forward(cfg: ModelConfig, p: dict, y: Array, matmul: Matmul, mesh: Optional[Mesh],
                  lead: tuple) -> tuple:
     """The feed-forward of the normed `y [..., D]`: SwiGLU `down(silu(gate(y)) * up(y))`, or the
-    mixture of experts (`moe.moe_tokens`). Returns (out `[..., D]`, router), router being
+    mixture of experts (`moe.moe_sequence`). Returns (out `[..., D]`, router), router being
     (logits `[tokens, E]`, chosen `[tokens, k]`) for the MoE and None otherwise."""
     if cfg.is_moe:
-        out, logits, chosen = moe_tokens(y.reshape(-1, y.shape[-1]), p["moe"], cfg.experts_per_token,
-                                         cfg.swiglu_limit, cfg.swiglu_alpha, cfg.moe_dispatch)
-        return out.reshape(y.shape), (logits, chosen)
+        out, logits, chosen = moe_sequence(y, p["moe"], cfg.experts_per_token, cfg.swiglu_limit, cfg.swiglu_alpha,
+                                           cfg.moe_dispatch, cfg.moe_chunk)
+        return out, (logits, chosen)
     if "gate_up" in p:
         gate, up = jnp.split(matmul(y, p["gate_up"]), 2, axis=-1)
     else:

@@ -14,6 +14,11 @@ Params (one layer): `router [D, E]`, `router_bias [E]`, `gate_up [E, D, 2F]` (ga
 columns interleaved, as the checkpoint stores them), `gate_up_bias [E, 2F]`, `down [E, F, D]`,
 `down_bias [E, D]`; the expert axis carries the logical name `expert`.
 
+`moe_sequence` runs a `[B, S, D]` block in chunks of `chunk` positions of every row (a
+`lax.map` whose body is rematerialised): the dispatch's buffers then grow with `B * chunk`
+tokens instead of `B * S`, in the forward and the backward alike. Tokens do not interact in
+the MoE, so a chunked block's output and routing equal the whole block's.
+
 Two dispatches compute `out`:
 - "grouped": the N*k (token, expert) pairs are sorted by expert and each expert's
   contiguous group runs through one `jax.lax.ragged_dot` (work ~ N*k rows);
@@ -94,6 +99,32 @@ def moe_tokens(x: Array, p: dict, k: int, limit: float, alpha: float, dispatch: 
     logits, chosen, weights = route(x, p["router"], p["router_bias"], k)
     run = experts_grouped if dispatch == "grouped" else experts_dense
     return run(x, chosen, weights, p, limit, alpha).astype(x.dtype), logits, chosen
+
+
+def moe_sequence(y: Array, p: dict, k: int, limit: float, alpha: float, dispatch: str = "grouped",
+                 chunk: int = 0) -> tuple:
+    """`moe_tokens` of `y [..., S, D]`, `chunk` positions of every row at a time (0, or S at
+    most `chunk`: all at once). Returns (out `[..., S, D]`, router logits `[N, E]`, chosen
+    `[N, k]`), N = the tokens in `y`'s row-major order, as `moe_tokens` of `y.reshape(-1, D)`."""
+    d, s = y.shape[-1], (y.shape[-2] if y.ndim >= 2 else 1)
+    if not chunk or y.ndim < 2 or s <= chunk:
+        out, logits, chosen = moe_tokens(y.reshape(-1, d), p, k, limit, alpha, dispatch)
+        return out.reshape(y.shape), logits, chosen
+    lead = y.shape[:-2]
+    n = -(-s // chunk)
+    rows = y.reshape(-1, s, d)
+    blocks = jnp.pad(rows, ((0, 0), (0, n * chunk - s), (0, 0))).reshape(rows.shape[0], n, chunk, d).swapaxes(0, 1)
+
+    @jax.checkpoint  # the backward recomputes a chunk's dispatch from its input alone
+    def one(block):  # [R, chunk, D] -> [R * chunk, ...] each
+        return moe_tokens(block.reshape(-1, d), p, k, limit, alpha, dispatch)
+
+    out, logits, chosen = jax.lax.map(one, blocks)  # [n, R * chunk, ...]
+
+    def unchunk(x):  # [n, R * chunk, ...] -> [R * S, ...] in row-major token order
+        x = x.reshape(n, rows.shape[0], chunk, *x.shape[2:]).swapaxes(0, 1)
+        return x.reshape(rows.shape[0], n * chunk, *x.shape[3:])[:, :s].reshape(-1, *x.shape[3:])
+    return unchunk(out).reshape(*lead, s, d), unchunk(logits), unchunk(chosen)
 
 
 def load_balancing_loss(logits: Array, chosen: Array, num_experts: int,
