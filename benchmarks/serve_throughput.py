@@ -25,10 +25,18 @@ received). The server is then stopped (SIGTERM, then wait).
 In-process: `rollout_throughput.run_ours` (compile + warm call, then one timed call) runs
 all requests as one sampler call with that benchmark's default options (compaction,
 grouped prefill, cache window, prompt groups: `inprocess_options` in the JSON), each row
-keyed as the server keys seed i (`fold_in(key(i), 0)`); useful tokens are the rows'
-lengths. `ratio` = serve / in-process (the serving overhead, 1.0 = none). `same_lengths`
-counts requests whose length matched on both paths (the same key gives the same tokens
-unless batch shapes change the float rounding).
+keyed as the server keys seed i (`fold_in(key(i), 0)`), with at most `--inprocess-max-rows`
+decode rows in flight (`sampling.max_rows`; default: the server's decode slots). Useful
+tokens are the rows' lengths. `ratio` = serve / in-process (the serving overhead, 1.0 =
+none). `same_lengths` counts requests whose length matched on both paths (the same key
+gives the same tokens unless batch shapes change the float rounding).
+
+Why the in-process call holds the server's rows in flight by default: `--concurrency`
+clients that each wait for their answer put at most that many rows in the server's pool,
+while one in-process call over all requests decodes them all at once. On a CPU host a decode
+step's cost grows far slower than its rows, so the all-rows call's rate measures the larger
+batch, not what serving costs. `--inprocess-all-rows` also times that call (`ratio_all_rows`
+in the JSON), so both comparisons come from the same run.
 
 The last stdout line is one JSON object: `requests`, `serve_useful_tokens_per_s`,
 `inprocess_useful_tokens_per_s`, `ratio`, then wall seconds, server flags, latencies,
@@ -232,7 +240,9 @@ def run_serve(args, messages: list) -> dict:
             "exit": proc.returncode}
 
 
-def run_inprocess(args, messages: list) -> dict:
+def run_inprocess(args, messages: list, max_rows: int) -> dict:
+    """One timed in-process sampler call over all requests, at most `max_rows` rows in
+    flight (0 = all)."""
     import jax
     import jax.numpy as jnp
 
@@ -241,9 +251,10 @@ def run_inprocess(args, messages: list) -> dict:
     model = load(MODEL)
     prompt_ids = [model.tokenizer.encode_chat(m) for m in messages]
     keys = jnp.stack([jax.random.fold_in(jax.random.key(i), 0) for i in range(len(prompt_ids))])
-    seconds, lengths = rollout_throughput.run_ours(model, prompt_ids, keys, args.max_new_tokens, **INPROCESS_OPTIONS)
-    print(f"in-process: {seconds:.1f} s, {int(lengths.sum())} useful tokens, mean length {lengths.mean():.1f}, "
-          f"{int((lengths >= args.max_new_tokens).sum())} rows at the cap", flush=True)
+    options = dict(INPROCESS_OPTIONS, max_rows=max_rows)
+    seconds, lengths = rollout_throughput.run_ours(model, prompt_ids, keys, args.max_new_tokens, **options)
+    print(f"in-process (max_rows {max_rows}): {seconds:.1f} s, {int(lengths.sum())} useful tokens, mean length "
+          f"{lengths.mean():.1f}, {int((lengths >= args.max_new_tokens).sum())} rows at the cap", flush=True)
     return {"wall_s": seconds, "lengths": lengths, "prompt_tokens": [len(p) for p in prompt_ids]}
 
 
@@ -264,6 +275,11 @@ def main():
                              "compiles its shapes before it is ready)")
     parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /health")
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="seconds one request may take")
+    parser.add_argument("--inprocess-max-rows", type=int, default=None,
+                        help="decode rows in flight in the in-process call (default: the server's "
+                             "--max-batch-rows; 0 = all requests at once)")
+    parser.add_argument("--inprocess-all-rows", action="store_true",
+                        help="also time the in-process call with all requests in flight (ratio_all_rows)")
     parser.add_argument("--only", choices=("serve", "inprocess"), default=None,
                         help="run one side (its figures alone, `ratio` null): for a machine too loaded for both")
     args = parser.parse_args()
@@ -277,10 +293,17 @@ def main():
         args.prompt_buckets = auto_prompt_buckets(messages)
     if args.max_batch_rows is None:
         args.max_batch_rows = args.concurrency
+    if args.inprocess_max_rows is None:
+        args.inprocess_max_rows = args.max_batch_rows
+    if args.inprocess_max_rows < 0:
+        parser.error(f"--inprocess-max-rows={args.inprocess_max_rows}: must be >= 0 (0 = all requests at once)")
     print(f"server: {args.max_batch_rows} decode slots, chunks of {args.decode_chunk} steps, prompt buckets "
           f"{args.prompt_buckets}", flush=True)
     serve = run_serve(args, messages) if args.only != "inprocess" else None
-    ours = run_inprocess(args, messages) if args.only != "serve" else None
+    ours = run_inprocess(args, messages, args.inprocess_max_rows) if args.only != "serve" else None
+    wide = None
+    if args.inprocess_all_rows and args.only != "serve" and args.inprocess_max_rows:
+        wide = run_inprocess(args, messages, 0)
     load_end = os.getloadavg()
 
     def of(side, f):  # None for a side that was not run (--only)
@@ -297,6 +320,9 @@ def main():
         "requests": len(messages), "serve_useful_tokens_per_s": of(serve, lambda s: round(rate(s), 2)),
         "inprocess_useful_tokens_per_s": of(ours, lambda s: round(rate(s), 2)),
         "ratio": round(rate(serve) / rate(ours), 3) if both else None,
+        "inprocess_max_rows": args.inprocess_max_rows,
+        "inprocess_all_rows_useful_tokens_per_s": of(wide, lambda s: round(rate(s), 2)),
+        "ratio_all_rows": round(rate(serve) / rate(wide), 3) if serve is not None and wide is not None else None,
         "serve_wall_s": of(serve, lambda s: round(s["wall_s"], 2)),
         "inprocess_wall_s": of(ours, lambda s: round(s["wall_s"], 2)),
         "serve_useful_tokens": of(serve, useful), "inprocess_useful_tokens": of(ours, useful),
@@ -315,7 +341,7 @@ def main():
         "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms,
                          "decode_chunk": args.decode_chunk, "prompt_buckets": args.prompt_buckets,
                          "warmup_max_tokens": args.max_new_tokens},
-        "inprocess_options": INPROCESS_OPTIONS,
+        "inprocess_options": dict(INPROCESS_OPTIONS, max_rows=args.inprocess_max_rows),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "cpu_count": os.cpu_count(),
