@@ -37,7 +37,7 @@ from prd_jax.model import load
 from prd_jax.operators import registry
 from prd_jax.plots import pareto_plot
 from prd_jax.operators.lm import ModelLM
-from prd_jax.operators.runner import encode_problems, make_context, run_operator
+from prd_jax.operators.runner import answer_texts, encode_problems, make_context, run_operator
 from prd_jax.sampling import Sampling
 from prd_jax.prompts import template_set
 from prd_jax.tasks import get_task, task_for_config
@@ -281,8 +281,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         graded = [(i, j) for i, j in enumerate(kept) if j in todo]
                         texts = [tok.decode(np.asarray(res.final_tokens[i, :int(res.final_lengths[i])]).tolist())
                                  for i, _ in graded]
+                        at = [i for i, _ in graded]  # graded on the answer after any thinking block
+                        answers = answer_texts(tok, np.asarray(res.final_tokens)[at], np.asarray(res.final_lengths)[at])
                         # one batch per chunk: code programs run in parallel (tasks.Task.grade_many)
-                        grades = task.grade_many([chunk[j] for _, j in graded], texts)
+                        grades = task.grade_many([chunk[j] for _, j in graded], answers)
                         for (i, j), text, g in zip(graded, texts, grades):
                             extra = {k: g[k] for k in ("reward", "passed", "total", "status") if k in g}
                             out.write(json.dumps({

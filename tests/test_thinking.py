@@ -210,3 +210,30 @@ def test_a_multi_token_marker_is_matched_in_graph():
     assert workspace(res) == tok.encode("answer")
     res = run(CharTokenizer(), script(tok, ["abc</think>answer"]), SR(1, False, 32, 32, 8))
     assert workspace(res) == tok.encode("abc</think>answer")  # no thinking in the template: kept
+
+
+# ----------------------------------------------------------------------------- graded text
+
+
+def test_graded_text_is_the_answer_after_the_thinking_block():
+    """`answer_texts` (eval and RL grade on it): the text after the last `</think>` when the row
+    has one, the whole row when not; so a boxed value in the reasoning does not decide the grade."""
+    from prd_jax.operators.runner import answer_texts
+    from prd_jax.tasks import get_task
+
+    rows = ["<think>maybe \\boxed{5}</think>\n\nSo \\boxed{7}", "no block: \\boxed{5}",
+            "<think>cut off at \\boxed{5}"]
+    ids = [TOK.encode(t) for t in rows]
+    width = max(map(len, ids)) + 3
+    tokens = np.zeros((len(ids), width), np.int32)
+    for r, row in enumerate(ids):
+        tokens[r, :len(row)] = row
+    texts = answer_texts(TOK, tokens, [len(x) for x in ids])
+    assert texts == ["So \\boxed{7}", "no block: \\boxed{5}", "<think>cut off at \\boxed{5}"]
+    grades = get_task("gsm8k").grade_many([{"answer": "7"}, {"answer": "5"}, {"answer": "5"}], texts)
+    assert [g["correct"] for g in grades] == [True, True, True]
+    assert not get_task("gsm8k").grade({"answer": "5"}, texts[0])["correct"]  # the reasoning's 5 is not graded
+    # without a marker in the vocabulary or template, rows are decoded whole
+    plain = CharTokenizer(template="no thinking here")
+    row = plain.encode("a</think>b")
+    assert answer_texts(plain, np.asarray([row]), [len(row)]) == ["a</think>b"]

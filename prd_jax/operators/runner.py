@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import prompts as P
+from prd_jax.operators.calls import strip_thinking
 from prd_jax.operators.core import Context, OperatorResult, Problems
 from prd_jax.operators.judges import RatingParser, RatingTokens
 from prd_jax.operators.registry import operator_for
@@ -64,6 +65,20 @@ def thinking_marker(tokenizer) -> tuple:
         if len(ids) == 1 and ids[0] not in skip:
             skip.append(ids[0])
     return marker, tuple(skip)
+
+
+def answer_texts(tokenizer, tokens, lengths) -> list:
+    """The text each row of `tokens [R, N]` (its first `lengths[r]` ids) is graded on: what
+    follows its thinking block (`calls.strip_thinking` with `thinking_marker(tokenizer)`:
+    Qwen3's `</think>`, GPT-OSS's final channel), or the whole row when it holds no marker
+    (a non-thinking model, or a thinking block cut off by the budget), as a quoted candidate
+    is cut. A model's answer is graded, not its reasoning (ours: the papers grade final
+    answers and say nothing of thinking blocks)."""
+    tok, length = np.asarray(tokens), np.asarray(lengths)
+    end, skip = thinking_marker(tokenizer)
+    if end and tok.shape[0]:
+        tok, length = (np.asarray(x) for x in strip_thinking(jnp.asarray(tok), jnp.asarray(length), end, skip))
+    return [tokenizer.decode(tok[r, :int(length[r])].tolist()) for r in range(tok.shape[0])]
 
 
 class CompiledTemplates(dict):

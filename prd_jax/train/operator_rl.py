@@ -25,7 +25,7 @@ from prd_jax.operators.assembly import assemble, truncate_head_tail
 from prd_jax.operators.calls import fill, strip_stop, strip_thinking, width
 from prd_jax.operators.judges import RatingParser
 from prd_jax.operators.lm import ModelLM
-from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
+from prd_jax.operators.runner import answer_texts, encode_problems, make_context, run_operator, thinking_marker
 from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 from prd_jax.train import advantages as adv_lib
 from prd_jax.train.rl_rows import sequences_to_batch, verifier_rows_per_prompt
@@ -155,7 +155,7 @@ class OperatorRollouts:
             tok, lens = np.asarray(out.round_tokens[r]), np.asarray(out.round_lengths[r])  # [R, M, N]
             rr, m = lens.shape
             flat_t, flat_l = tok.reshape(rr * m, -1), lens.reshape(-1)
-            texts = [self.tok.decode(flat_t[i, :flat_l[i]].tolist()) for i in range(rr * m)]
+            texts = answer_texts(self.tok, flat_t, flat_l)  # graded after any thinking block
             keys = [answers[i // m] for i in range(rr * m)]  # a batch grader (rl.TaskReward) grades at once
             correct = np.array(reward_fn.many(texts, keys) if hasattr(reward_fn, "many")
                                else [reward_fn(t, k) for t, k in zip(texts, keys)], np.float32)

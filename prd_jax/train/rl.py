@@ -34,6 +34,7 @@ from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import build_spec, operator_for
+from prd_jax.operators.runner import answer_texts
 from prd_jax.operators.specs import OperatorSpec, Sampling
 from prd_jax.sampling import SamplingConfig
 from prd_jax.train import advantages as adv_lib, operator_rl, router_aux
@@ -445,7 +446,7 @@ class RLStage:
         out = to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
         t1 = time.perf_counter()
         rows = len(chosen) * g
-        texts = [self.tok.decode(out.tokens[r, :out.lengths[r]].tolist()) for r in range(rows)]
+        texts = answer_texts(self.tok, out.tokens[:rows], out.lengths[:rows])  # after any thinking block
         grades = self.reward_fn.grades(texts, [chosen[r // g][1] for r in range(rows)])
         reward = np.array([x["reward"] for x in grades], np.float32)
         correct = np.array([x["correct"] for x in grades], np.float32)
