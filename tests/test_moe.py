@@ -236,3 +236,25 @@ def test_model_moe_chunk_changes_no_logit_or_router_loss():
     np.testing.assert_allclose(float(aux4), float(aux0), rtol=1e-6)
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g4)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-4, rtol=1e-4)
+
+
+def test_checkpoint_loaded_under_a_name_keeps_the_named_run_settings():
+    """A GPT-OSS-20B config.json (openai/gpt-oss-20b's keys, as published) read under the name
+    `gpt-oss-20b` keeps the named config's settings that config.json lacks (moe_chunk,
+    reasoning_effort), so a run uses what `prd-jax compile` fitted; the architecture is the file's."""
+    from prd_jax.model.config import NAMED_CONFIGS, from_hf_config, with_named_settings
+
+    hf = {"model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880,
+          "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+          "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128, "rope_theta": 150000.0,
+          "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+          "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)],
+          "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                           "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}}
+    loaded = from_hf_config(hf)
+    assert (loaded.moe_chunk, loaded.reasoning_effort) == (0, None)
+    named = with_named_settings("gpt-oss-20b", loaded)
+    assert (named.moe_chunk, named.reasoning_effort) == (2048, "medium")
+    assert named.moe_chunk == NAMED_CONFIGS["gpt-oss-20b"].moe_chunk
+    assert (named.num_experts, named.sliding_window, named.hidden) == (32, 128, 2880)
+    assert with_named_settings("my-own-model", loaded) is loaded

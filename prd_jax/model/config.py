@@ -273,6 +273,20 @@ def get_model_config(name: str, **overrides: Any) -> ModelConfig:
     return NAMED_CONFIGS[name].replace(**overrides)
 
 
+# A named config's settings that are not in a checkpoint's config.json: a checkpoint loaded
+# under that name keeps them, so a run uses what `prd-jax compile` fitted (the named config).
+NAMED_RUN_FIELDS = ("moe_chunk", "reasoning_effort", "enable_thinking")
+
+
+def with_named_settings(name: str, loaded: ModelConfig) -> ModelConfig:
+    """`loaded` (read from a checkpoint) with the NAMED_RUN_FIELDS of named config `name`
+    (unchanged when `name` is not a named config)."""
+    named = NAMED_CONFIGS.get(name)
+    if named is None:
+        return loaded
+    return loaded.replace(**{f: getattr(named, f) for f in NAMED_RUN_FIELDS})
+
+
 def from_hf_config(hf: dict) -> ModelConfig:
     """ModelConfig from a transformers `config.json` dict (llama, qwen2, qwen3 or gpt_oss)."""
     model_type = hf.get("model_type")

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from jax.sharding import Mesh
 
-from prd_jax.model.config import NAMED_CONFIGS, ModelConfig, from_hf_config
+from prd_jax.model.config import NAMED_CONFIGS, ModelConfig, from_hf_config, with_named_settings
 from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax.model.weights import GGUFCheckpoint, HFCheckpoint, load_params, read_hf_config
 
@@ -74,6 +74,7 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
         raise ValueError(f"model path {path!r}: expected a .gguf file or a directory with config.json")
     if name in NAMED_CONFIGS and name != "tiny":
         _check_matches(name, NAMED_CONFIGS[name], cfg, path)
+        cfg = with_named_settings(name, cfg)
     cfg = cfg.replace(**overrides)
     if tokenizer is not None:
         tokenizer = for_model(tokenizer, cfg)  # the chat template's thinking switch (cfg.enable_thinking)
