@@ -21,8 +21,10 @@ far as prd_jax's eval can measure it today. Arg `CLAIM[,BENCH[,BACKEND]]`:
   the LiveCodeBench row's `difficulty` (`question_id` is the id).
 
 BENCH is any V1 benchmark (codecontests, livecodebench_v5, livecodebench_v6, hmmt_feb2025),
-BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`, fit not yet
-recorded). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
+BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`; 8xh200 keeps
+configs/eval/gptoss20b_v1_infer.py's 4 decode rows in flight per call, with which
+`self_ranking,codecontests,8xh200` fits, docs/results/2026-12-04-aot-fit-4.md; v5p-128 is not
+compiled). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
 
 Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
@@ -65,4 +67,7 @@ def get_config(arg=None):
                          f"BACKEND in {list(V1.BACKENDS)} (none given: pass_at_n)")
     default, k, ops = CLAIMS[claim]
     bench, backend = V1.parse_arg(rest or None, __file__, default=default)
-    return V1.config("gpt-oss-20b", ops(bench), bench, backend, k_samples=k)
+    c = V1.config("gpt-oss-20b", ops(bench), bench, backend, k_samples=k)
+    if "max_rows" in INFER.POD_OVERRIDES.get(backend, {}):  # 8xh200: GPT-OSS's decode rows in flight
+        c.sampling.max_rows = INFER.POD_OVERRIDES[backend]["max_rows"]
+    return c

@@ -18,7 +18,9 @@ are not in the text we have), its budgets equal to V1's candidates'.
 Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
     prd-jax eval --config configs/eval/gptoss20b_v1_vs_rsa.py:livecodebench_v6 --workdir runs/gptoss20b_v1_rsa
-In-graph: `...:livecodebench_v6,8xh200` (declares `target` h200:8; its fit is not yet recorded).
+In-graph: `...:livecodebench_v6,8xh200` (declares `target` h200:8; 4 decode rows in flight per
+call, configs/eval/gptoss20b_v1_infer.py's 8xh200 value: every program fits, rsa.aggregate with
+only 1.2 GB per device to spare as XLA:CPU measures it; docs/results/2026-12-04-aot-fit-4.md).
 Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer, upper bounds): 1.36e6
 requests, 2.0e10 prompt and 1.8e10 completion tokens; RSA at T = 4 alone is 5.6e9 completion
 tokens against V1's 2.0e9.
@@ -36,6 +38,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("v1_paper", os.path.join(HERE, "v1_paper.py"))
 V1 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(V1)
+_spec = importlib.util.spec_from_file_location("gptoss20b_v1_infer", os.path.join(HERE, "gptoss20b_v1_infer.py"))
+INFER = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(INFER)
 
 ARGS = ("livecodebench_v6", "livecodebench_v6,8xh200", "livecodebench_v6,v5p-128")
 VERIFICATION_CALLS = 48
@@ -49,4 +54,7 @@ def operators(bench: str) -> list:
 
 def get_config(arg=None):
     bench, backend = V1.parse_arg(arg, __file__, default="livecodebench_v6")
-    return V1.config("gpt-oss-20b", operators(bench), bench, backend)
+    c = V1.config("gpt-oss-20b", operators(bench), bench, backend)
+    if "max_rows" in INFER.POD_OVERRIDES.get(backend, {}):  # 8xh200: GPT-OSS's decode rows in flight
+        c.sampling.max_rows = INFER.POD_OVERRIDES[backend]["max_rows"]
+    return c

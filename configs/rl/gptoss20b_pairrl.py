@@ -21,10 +21,11 @@ node (fsdp=2,tensor=4: 16 experts per shard). Rows = 64 x 8 generations + 64 x 4
 per sampler call (`sampling.max_rows`): 16 / 8, i.e. 2 / 4 per batch shard, not the Qwen3 configs'
 16: a verifier call's prefill over 10k-token prompts needs the cut (on v5p-64 as the V1-Infer judge
 calls showed; on 8xh200 as XLA:CPU measures it, whose `ragged_dot` lowering expands the experts
-densely). The fit (docs/results/2026-12-03-aot-fit-3.md):
-on 8xh200 the rollout and verifier calls fit and the train step does not (170.79 GB per device as
-XLA:CPU measures it, at one row per shard already); on v5p-64 the verifier call fits and the train
-step's compile was stopped past 12 GB of host memory, so its fit is not known.
+densely). The fit (docs/results/2026-12-03-aot-fit-3.md, docs/results/2026-12-04-aot-fit-4.md):
+on 8xh200 every program fits (the train step 122.86 GB per device of 139.93 as XLA:CPU measures
+it, with the model's `moe_chunk` of 2048 positions per expert dispatch); on v5p-64 the verifier
+call fits and the train step's compile was stopped past 12 GB of host memory, so its fit is not
+known.
 
 Command to run (pretrained weights, MXFP4 experts dequantised on load; one 8xH200 node is the
 smallest host):

@@ -8,6 +8,7 @@ GSM8K variant (ours, not the paper's setting).
 
 Hardware (the arg): v5p-128 (data=1,fsdp=16,tensor=4) or one 8xH200 node (fsdp=2,tensor=4);
 rows = 64 x 8 = 512, one per (data, fsdp) shard per microbatch (grad_accum_steps 32 / 256).
+Fit: `8xh200` fits (docs/results/2026-12-04-aot-fit-4.md); v5p-128 is not yet compiled.
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_rl_baseline.py:8xh200 /ckpt/rl_qwen3_4b \\
