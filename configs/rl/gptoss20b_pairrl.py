@@ -23,9 +23,9 @@ per sampler call (`sampling.max_rows`): 16 / 8, i.e. 2 / 4 per batch shard, not 
 calls showed; on 8xh200 as XLA:CPU measures it, whose `ragged_dot` lowering expands the experts
 densely). The fit (docs/results/2026-12-03-aot-fit-3.md, docs/results/2026-12-04-aot-fit-4.md):
 on 8xh200 every program fits (the train step 122.86 GB per device of 139.93 as XLA:CPU measures
-it, with the model's `moe_chunk` of 2048 positions per expert dispatch); on v5p-64 the verifier
-call fits and the train step's compile was stopped past 12 GB of host memory, so its fit is not
-known.
+it, with the model's `moe_chunk` of 2048 positions per expert dispatch); on v5p-64 the rollout and
+verifier calls fit and the train step's compile was stopped past 16 GB of host memory (the most a
+compile may take on the host that ran it), so its fit is not known.
 
 Command to run (pretrained weights, MXFP4 experts dequantised on load; one 8xH200 node is the
 smallest host):
