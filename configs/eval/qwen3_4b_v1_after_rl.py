@@ -18,8 +18,8 @@ Command to run:
 In-graph:
     prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:livecodebench_v6,8xh200 \\
         --workdir runs/pairrl_lcb6 --config.model_path=/path/to/pairrl_export
-The in-graph args declare `target` h200:8 / v5p:4x4x4; `livecodebench_v5,8xh200` fits
-(docs/results/2026-12-04-aot-fit-4.md); v5p-128 is not yet compiled.
+The in-graph args declare `target` h200:8 / v5p:4x4x4; `livecodebench_v5,8xh200` and
+`livecodebench_v5,v5p-128` fit (docs/results/2026-12-04-aot-fit-4.md).
 
 Expected (paper, V1 abstract): "V1-PairRL achieves 7-9% test-time scaling gains over standard
 RL and pointwise joint training, and improves base Pass@1 by up to 8.7% over standard RL in a
