@@ -26,8 +26,8 @@ In-graph:
 Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer; upper bounds that count the
 forced-rating reads as requests, so they exceed the calls above), livecodebench_v6: 1.49e6
 requests, 1.6e10 prompt and 7.5e9 completion tokens over the four operators. The in-graph
-args declare `target` h200:8 / v5p:4x4x4; `livecodebench_v6,8xh200` fits
-(docs/results/2026-12-04-aot-fit-4.md); v5p-128 is not yet compiled.
+args declare `target` h200:8 / v5p:4x4x4; `livecodebench_v6,8xh200` and
+`livecodebench_v6,v5p-128` fit (docs/results/2026-12-04-aot-fit-4.md).
 
 Expected (paper, V1 §4 as issue 33 quotes it): "45% against about 33% for pointwise
 verification at 64 calls with Qwen3-4B-Instruct-2507". Open (ours): the benchmark of that
