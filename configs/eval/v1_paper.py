@@ -24,8 +24,10 @@ rendered here with the served model's tokenizer and chat template, read from the
 directory named by the model's environment variable (`MODELS[...]["env"]`: GPT_OSS_20B_DIR,
 QWEN3_4B_DIR) or `--config.backend.tokenizer=...`; with neither the run stops before any
 request. `8xh200` / `v5p-128` run the operators in-graph on the named model, weights from the
-same variable or `--config.model_path=...`; each declares `target` for `prd-jax compile`; the
-fit of these paper-scale configs on their targets is not yet recorded.
+same variable or `--config.model_path=...`; each declares `target` for `prd-jax compile`. Fits
+(docs/results/2026-12-04-aot-fit-4.md): every config built on this one fits 8xh200; on v5p-128
+qwen3_4b_v1_after_rl and qwen3_4b_v1_matched_calls fit, the GPT-OSS configs' v5p-128 args are
+not compiled (gptoss20b_v1_infer fits v5p-64).
 
 Ours, not the paper's (the paper gives none of these in the text available to us): the
 per-candidate budgets (16k generated tokens; a judge quotes at most 4k of a code candidate,
