@@ -6,21 +6,50 @@ no value (OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025, Sec. 2.1):
     p_j = exp(s_j) / (exp(sink_h) + sum_i exp(s_i)),    out = sum_j p_j v_j
 
 so a head can put weight on "nothing" and the weights of the real keys sum to less than 1.
+
+Queries are independent rows of this softmax, so a long call (prefill, training) runs in
+blocks of `block` queries (`SINK_QUERY_BLOCK`; a `lax.map` whose blocks are rematerialised):
+the fp32 scores then take `[B, K, G, block, S]` at a time instead of `[B, K, G, T, S]`.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
+SINK_QUERY_BLOCK = 512  # queries per block of a long call (ours)
 
 
-def sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float) -> Array:
+def sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float,
+                   block: Optional[int] = None) -> Array:
     """q `[B, T, N, Dh]` over key/val `[B, S, K, Dh]` under `mask [B, 1, T, S]` (bool), with
-    `sinks [N]`; dense scores `[B, K, G, T, S]` in fp32 (G = N / K query heads per kv head).
-    A query with no visible key returns zeros (all weight on the sink)."""
+    `sinks [N]`; scores in fp32, `block` (None: `SINK_QUERY_BLOCK`) queries at a time when
+    T > `block` (0: all at once). A query with no visible key returns zeros (all weight on the sink)."""
+    block = SINK_QUERY_BLOCK if block is None else block
+    t = q.shape[1]
+    if not block or t <= block:
+        return _dense_sink_attention(q, key, val, mask, sinks, scale)
+    n = -(-t // block)
+    pad = n * block - t
+    qs = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(q.shape[0], n, block, *q.shape[2:]).swapaxes(0, 1)
+    ms = jnp.pad(mask, ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(*mask.shape[:2], n, block, mask.shape[3])
+    ms = jnp.moveaxis(ms, 2, 0)  # [n, B, 1, block, S]
+
+    @jax.checkpoint  # the backward recomputes a block's scores from its queries
+    def one(args):
+        qb, mb = args
+        return _dense_sink_attention(qb, key, val, mb, sinks, scale)
+
+    out = jax.lax.map(one, (qs, ms))  # [n, B, block, N, Dh]
+    return out.swapaxes(0, 1).reshape(q.shape[0], n * block, *q.shape[2:])[:, :t]
+
+
+def _dense_sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float) -> Array:
+    """`sink_attention` in one piece: scores `[B, K, G, T, S]` (G = N / K query heads per kv head)."""
     b, t, n, dh = q.shape
     k = key.shape[2]
     g = n // k
