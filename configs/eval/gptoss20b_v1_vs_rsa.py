@@ -19,8 +19,9 @@ Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
     prd-jax eval --config configs/eval/gptoss20b_v1_vs_rsa.py:livecodebench_v6 --workdir runs/gptoss20b_v1_rsa
 In-graph: `...:livecodebench_v6,8xh200` (declares `target` h200:8; 4 decode rows in flight per
-call, configs/eval/gptoss20b_v1_infer.py's 8xh200 value: every program fits, rsa.aggregate with
-only 1.2 GB per device to spare as XLA:CPU measures it; docs/results/2026-12-04-aot-fit-4.md).
+call, configs/eval/gptoss20b_v1_infer.py's 8xh200 value: every program fits, the largest
+rsa.aggregate at 34.49 GB per device of 139.93 as XLA:CPU measures it, since the sink attention
+runs in query blocks; docs/results/2026-12-04-aot-fit-4.md).
 Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer, upper bounds): 1.36e6
 requests, 2.0e10 prompt and 1.8e10 completion tokens; RSA at T = 4 alone is 5.6e9 completion
 tokens against V1's 2.0e9.

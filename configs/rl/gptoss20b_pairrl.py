@@ -22,8 +22,9 @@ per sampler call (`sampling.max_rows`): 16 / 8, i.e. 2 / 4 per batch shard, not 
 16: a verifier call's prefill over 10k-token prompts needs the cut (on v5p-64 as the V1-Infer judge
 calls showed; on 8xh200 as XLA:CPU measures it, whose `ragged_dot` lowering expands the experts
 densely). The fit (docs/results/2026-12-03-aot-fit-3.md, docs/results/2026-12-04-aot-fit-4.md):
-on 8xh200 every program fits (the train step 122.86 GB per device of 139.93 as XLA:CPU measures
-it, with the model's `moe_chunk` of 2048 positions per expert dispatch); on v5p-64 the rollout and
+on 8xh200 every program fits (the train step 79.77 GB per device of 139.93 as XLA:CPU measures
+it, with the model's `moe_chunk` of 2048 positions per expert dispatch and its sink attention in
+blocks of 512 queries; the verifier call 53.28 GB); on v5p-64 the rollout and
 verifier calls fit and the train step's compile was stopped past 16 GB of host memory (the most a
 compile may take on the host that ran it), so its fit is not known.
 
