@@ -35,6 +35,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from prd_jax.model.chunks import join_chunks, split_chunks
+
 Array = jax.Array
 EXPERT_AXES = {
     "router": ("embed", None), "router_bias": (None,),
@@ -110,21 +112,15 @@ def moe_sequence(y: Array, p: dict, k: int, limit: float, alpha: float, dispatch
     if not chunk or y.ndim < 2 or s <= chunk:
         out, logits, chosen = moe_tokens(y.reshape(-1, d), p, k, limit, alpha, dispatch)
         return out.reshape(y.shape), logits, chosen
-    lead = y.shape[:-2]
-    n = -(-s // chunk)
-    rows = y.reshape(-1, s, d)
-    blocks = jnp.pad(rows, ((0, 0), (0, n * chunk - s), (0, 0))).reshape(rows.shape[0], n, chunk, d).swapaxes(0, 1)
+    rows = y.reshape(-1, s, d)  # [R, S, D]
 
     @jax.checkpoint  # the backward recomputes a chunk's dispatch from its input alone
-    def one(block):  # [R, chunk, D] -> [R * chunk, ...] each
-        return moe_tokens(block.reshape(-1, d), p, k, limit, alpha, dispatch)
+    def one(block):  # [R, chunk, D] -> out [R, chunk, D], logits [R, chunk, E], chosen [R, chunk, k]
+        out, logits, chosen = moe_tokens(block.reshape(-1, d), p, k, limit, alpha, dispatch)
+        return tuple(x.reshape(*block.shape[:2], -1) for x in (out, logits, chosen))
 
-    out, logits, chosen = jax.lax.map(one, blocks)  # [n, R * chunk, ...]
-
-    def unchunk(x):  # [n, R * chunk, ...] -> [R * S, ...] in row-major token order
-        x = x.reshape(n, rows.shape[0], chunk, *x.shape[2:]).swapaxes(0, 1)
-        return x.reshape(rows.shape[0], n * chunk, *x.shape[3:])[:, :s].reshape(-1, *x.shape[3:])
-    return unchunk(out).reshape(*lead, s, d), unchunk(logits), unchunk(chosen)
+    out, logits, chosen = (join_chunks(x, s) for x in jax.lax.map(one, split_chunks(rows, chunk)))
+    return out.reshape(y.shape), logits.reshape(-1, logits.shape[-1]), chosen.reshape(-1, k)
 
 
 def load_balancing_loss(logits: Array, chosen: Array, num_experts: int,

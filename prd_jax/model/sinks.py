@@ -19,6 +19,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from prd_jax.model.chunks import join_chunks, split_chunks
+
 Array = jax.Array
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 SINK_QUERY_BLOCK = 512  # queries per block of a long call (ours)
@@ -33,19 +35,15 @@ def sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, 
     t = q.shape[1]
     if not block or t <= block:
         return _dense_sink_attention(q, key, val, mask, sinks, scale)
-    n = -(-t // block)
-    pad = n * block - t
-    qs = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(q.shape[0], n, block, *q.shape[2:]).swapaxes(0, 1)
-    ms = jnp.pad(mask, ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(*mask.shape[:2], n, block, mask.shape[3])
-    ms = jnp.moveaxis(ms, 2, 0)  # [n, B, 1, block, S]
+    qs = split_chunks(q, block)  # [n, B, block, N, Dh]
+    ms = split_chunks(mask[:, 0], block)[:, :, None]  # [n, B, 1, block, S]
 
     @jax.checkpoint  # the backward recomputes a block's scores from its queries
     def one(args):
         qb, mb = args
         return _dense_sink_attention(qb, key, val, mb, sinks, scale)
 
-    out = jax.lax.map(one, (qs, ms))  # [n, B, block, N, Dh]
-    return out.swapaxes(0, 1).reshape(q.shape[0], n * block, *q.shape[2:])[:, :t]
+    return join_chunks(jax.lax.map(one, (qs, ms)), t)
 
 
 def _dense_sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float) -> Array:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from prd_jax.mesh import named_sharding
+from prd_jax.model.chunks import join_chunks, split_chunks
 from prd_jax.model.config import ModelConfig
 from prd_jax.sampling import blocked_argmax, vocab_blocks
 
@@ -46,13 +47,6 @@ def _lse_argmax(logits: Array) -> tuple:
     return lse.reshape(logits.shape[:-1]), blocked_argmax(flat).reshape(logits.shape[:-1])
 
 
-def _chunks(x: Array, chunk: int, chunks: int) -> Array:
-    """`[B, T, ...]` -> `[C, B, chunk, ...]`, the tail zero-padded."""
-    b, t = x.shape[:2]
-    pad = [(0, 0), (0, chunks * chunk - t)] + [(0, 0)] * (x.ndim - 2)
-    return jnp.pad(x, pad).reshape(b, chunks, chunk, *x.shape[2:]).swapaxes(0, 1)
-
-
 def _logits(h: Array, head: Array, axis: int, mesh: Optional[Mesh]) -> Array:
     """One chunk's fp32 logits `[B, chunk, V]`."""
     dims = (((2,), (axis,)), ((), ()))
@@ -68,11 +62,10 @@ def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Arr
     argmax hit `[B, T]` fp32), applying the head to `chunk` positions of every row at a time.
     With `with_entropy`, a third output: each position's next-token entropy (no gradient;
     the RL loss logs it, `losses.token_entropy`)."""
-    b, t, d = hidden.shape
+    t = hidden.shape[1]
     head, axis = head_weights(cfg, params)
     chunk = min(chunk, t)
-    chunks = -(-t // chunk)
-    hs, ts = _chunks(hidden, chunk, chunks), _chunks(targets.astype(jnp.int32), chunk, chunks)
+    hs, ts = split_chunks(hidden, chunk), split_chunks(targets.astype(jnp.int32), chunk)
 
     @jax.checkpoint
     def one(h, tgt):
@@ -87,7 +80,7 @@ def chunked_token_logprobs(cfg: ModelConfig, params, hidden: Array, targets: Arr
         return out
 
     outs = jax.lax.map(lambda xs: one(*xs), (hs, ts))  # each [C, B, chunk]
-    return tuple(x.swapaxes(0, 1).reshape(b, chunks * chunk)[:, :t] for x in outs)
+    return tuple(join_chunks(x, t) for x in outs)
 
 
 def chunked_weighted_nll(cfg: ModelConfig, params, hidden: Array, targets: Array, weights: Array,
@@ -106,9 +99,8 @@ def chunked_weighted_nll(cfg: ModelConfig, params, hidden: Array, targets: Array
     """
     head, axis = head_weights(cfg, params)
     chunk = min(chunk, hidden.shape[1])
-    chunks = -(-hidden.shape[1] // chunk)
-    xs = (_chunks(hidden, chunk, chunks), _chunks(targets.astype(jnp.int32), chunk, chunks),
-          _chunks(weights.astype(jnp.float32), chunk, chunks))
+    xs = (split_chunks(hidden, chunk), split_chunks(targets.astype(jnp.int32), chunk),
+          split_chunks(weights.astype(jnp.float32), chunk))
     return _fused_nll(axis, mesh, head, *xs)
 
 
