@@ -19,6 +19,12 @@ columns interleaved, as the checkpoint stores them), `gate_up_bias [E, 2F]`, `do
 tokens instead of `B * S`, in the forward and the backward alike. Tokens do not interact in
 the MoE, so a chunked block's output and routing equal the whole block's.
 
+The gate and up columns are split on the weights (`split_gate_up`: a reshape to pairs and a
+move of the pair axis), and each half runs as its own matmul. Strided slices of the
+activations (`h[..., 0::2]`) would be cheaper to write but their backward is a pad with
+interior padding, which XLA:TPU emits transfer by transfer: a GPT-OSS-20B train step's compile
+then took more than 20 GB of host memory (docs/results/2026-12-04-aot-fit-5.md).
+
 Two dispatches compute `out`:
 - "grouped": the N*k (token, expert) pairs are sorted by expert and each expert's
   contiguous group runs through one `jax.lax.ragged_dot` (work ~ N*k rows);
@@ -54,12 +60,23 @@ def route(x: Array, router: Array, router_bias: Array, k: int) -> tuple:
     return logits, chosen, jax.nn.softmax(top, axis=-1)
 
 
-def clamped_swiglu(h: Array, limit: float, alpha: float) -> Array:
-    """GPT-OSS's gated unit on interleaved `[..., 2F]` pre-activations -> `[..., F]`."""
-    gate, up = h[..., 0::2], h[..., 1::2]
+def split_gate_up(w: Array) -> tuple:
+    """Interleaved `[..., 2F]` columns (gate even, up odd: the checkpoint's layout) ->
+    (gate, up), each `[..., F]`, without strided slices (see the module docstring)."""
+    pairs = jnp.moveaxis(w.reshape(*w.shape[:-1], w.shape[-1] // 2, 2), -1, 0)  # [2, ..., F]
+    return pairs[0], pairs[1]
+
+
+def gated_unit(gate: Array, up: Array, limit: float, alpha: float) -> Array:
+    """GPT-OSS's clamped SwiGLU of the gate and up pre-activations `[..., F]` -> `[..., F]`."""
     gate = jnp.minimum(gate, limit)
     up = jnp.clip(up, -limit, limit)
     return (up + 1) * (gate * jax.nn.sigmoid(gate * alpha))
+
+
+def clamped_swiglu(h: Array, limit: float, alpha: float) -> Array:
+    """`gated_unit` of interleaved `[..., 2F]` pre-activations -> `[..., F]`."""
+    return gated_unit(*split_gate_up(h), limit, alpha)
 
 
 def experts_grouped(x: Array, chosen: Array, weights: Array, p: dict, limit: float, alpha: float) -> Array:
@@ -73,9 +90,13 @@ def experts_grouped(x: Array, chosen: Array, weights: Array, p: dict, limit: flo
     rows = jnp.take(x, order // k, axis=0)  # [N*k, D], grouped by expert
     sizes = jnp.bincount(flat, length=e).astype(jnp.int32)
     dt = x.dtype
-    h = jax.lax.ragged_dot(rows, p["gate_up"].astype(dt), sizes, preferred_element_type=jnp.float32)
-    h = h + jnp.take(p["gate_up_bias"], expert_sorted, axis=0).astype(jnp.float32)
-    act = clamped_swiglu(h, limit, alpha).astype(dt)
+
+    def half(w, b):  # one of gate / up: [N*k, F] fp32
+        h = jax.lax.ragged_dot(rows, w.astype(dt), sizes, preferred_element_type=jnp.float32)
+        return h + jnp.take(b, expert_sorted, axis=0).astype(jnp.float32)
+
+    (gate_w, up_w), (gate_b, up_b) = split_gate_up(p["gate_up"]), split_gate_up(p["gate_up_bias"])
+    act = gated_unit(half(gate_w, gate_b), half(up_w, up_b), limit, alpha).astype(dt)
     y = jax.lax.ragged_dot(act, p["down"].astype(dt), sizes, preferred_element_type=jnp.float32)
     y = y + jnp.take(p["down_bias"], expert_sorted, axis=0).astype(jnp.float32)
     unsorted = jnp.zeros_like(y).at[order].set(y, unique_indices=True).reshape(n, k, d)
@@ -86,9 +107,12 @@ def experts_dense(x: Array, chosen: Array, weights: Array, p: dict, limit: float
     """All-experts reference: every expert on every token, combined by the routing weights."""
     e = p["gate_up"].shape[0]
     dt = x.dtype
-    h = jnp.einsum("nd,edf->enf", x, p["gate_up"].astype(dt), preferred_element_type=jnp.float32)
-    h = h + p["gate_up_bias"].astype(jnp.float32)[:, None, :]
-    act = clamped_swiglu(h, limit, alpha).astype(dt)
+
+    def half(w, b):  # one of gate / up: [E, N, F] fp32
+        return jnp.einsum("nd,edf->enf", x, w.astype(dt), preferred_element_type=jnp.float32) + b.astype(jnp.float32)[:, None, :]
+
+    (gate_w, up_w), (gate_b, up_b) = split_gate_up(p["gate_up"]), split_gate_up(p["gate_up_bias"])
+    act = gated_unit(half(gate_w, gate_b), half(up_w, up_b), limit, alpha).astype(dt)
     y = jnp.einsum("enf,efd->end", act, p["down"].astype(dt), preferred_element_type=jnp.float32)
     y = y + p["down_bias"].astype(jnp.float32)[:, None, :]
     combine = jnp.sum(jax.nn.one_hot(chosen, e, dtype=jnp.float32) * weights[..., None], axis=1)  # [N, E]
