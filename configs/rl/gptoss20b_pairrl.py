@@ -21,12 +21,12 @@ node (fsdp=2,tensor=4: 16 experts per shard). Rows = 64 x 8 generations + 64 x 4
 per sampler call (`sampling.max_rows`): 16 / 8, i.e. 2 / 4 per batch shard, not the Qwen3 configs'
 16: a verifier call's prefill over 10k-token prompts needs the cut (on v5p-64 as the V1-Infer judge
 calls showed; on 8xh200 as XLA:CPU measures it, whose `ragged_dot` lowering expands the experts
-densely). The fit (docs/results/2026-12-03-aot-fit-3.md, docs/results/2026-12-04-aot-fit-4.md):
-on 8xh200 every program fits (the train step 79.77 GB per device of 139.93 as XLA:CPU measures
-it, with the model's `moe_chunk` of 2048 positions per expert dispatch and its sink attention in
-blocks of 512 queries; the verifier call 53.28 GB); on v5p-64 the rollout and
-verifier calls fit and the train step's compile was stopped past 16 GB of host memory (the most a
-compile may take on the host that ran it), so its fit is not known.
+densely). The fit (docs/results/2026-12-04-aot-fit-5.md): every program fits both targets.
+v5p-64: train step 34.69 GB per device of 102.80, rollout 8.17, verifier 11.73. 8xh200 (as
+XLA:CPU measures it): train step 83.60 of 139.93, rollout 44.35, verifier 59.32. This rests on
+the model's `moe_chunk` of 2048 positions per expert dispatch, its sink attention in blocks of
+512 queries, and the experts' gate/up split on the weights (`moe.split_gate_up`; with strided
+slices libtpu's compile of the train step needed more than 20 GB of host memory).
 
 Command to run (pretrained weights, MXFP4 experts dequantised on load; one 8xH200 node is the
 smallest host):

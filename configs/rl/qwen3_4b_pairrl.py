@@ -30,8 +30,9 @@ Hardware (the arg): v5p-128 (mesh data=1,fsdp=16,tensor=4) or one 8xH200 node (f
 tensor=4); rows = 64 x 8 generations + 64 x 4 verifier pairs = 768, one per (data, fsdp)
 shard per microbatch (grad_accum_steps 48 / 384, 12 / 96 microbatches per mini-batch). The
 fit on these targets (docs/results/2026-11-30-aot-fit.md) was compiled with the math
-variant's 2048-token prompts; the code variant's 3072-token prompts are compiled for 8xh200
-(docs/results/2026-12-03-aot-fit-2.md, with PointRL's), not yet for v5p-128.
+variant's 2048-token prompts; the code variant's 3072-token prompts fit both: 8xh200
+(docs/results/2026-12-03-aot-fit-2.md, with PointRL's) and v5p-128 (train step 11.40,
+rollout 14.00, verifier 20.21 GB per device of 102.80; docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run (pretrained weights; one 8xH200 node is the smallest sensible host):
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl.py:8xh200 /ckpt/pairrl_qwen3_4b \\

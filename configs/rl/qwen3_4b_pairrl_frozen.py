@@ -8,7 +8,8 @@ PairRL (CodeContests train, ours); arg `POD,math` is the GSM8K variant (ours).
 Each step samples 64 x 8 extra rollouts with the base params (kept on device, one more copy
 of the params), graded for strict pairing. Hardware and rows: as PairRL (768 rows,
 grad_accum_steps 48 / 384 on v5p-128 / one 8xH200 node). Fit: `8xh200` fits
-(docs/results/2026-12-04-aot-fit-4.md); v5p-128 is not yet compiled.
+(docs/results/2026-12-04-aot-fit-4.md); `v5p-128` fits (train step 11.40, rollout 14.00,
+verifier 20.21 GB per device of 102.80; docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl_frozen.py:8xh200 /ckpt/pairrl_frozen \\

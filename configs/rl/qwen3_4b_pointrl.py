@@ -9,7 +9,9 @@ problems), the "code" judges, reward all tests pass; arg `POD,math` is the GSM8K
 (ours, not the paper's setting).
 
 Hardware: as PairRL (v5p-128 or one 8xH200 node); rows = 64 x 8 + 64 x 4 = 768, the same
-grad_accum_steps.
+grad_accum_steps. Fit: both fit (8xh200: docs/results/2026-12-03-aot-fit-2.md; v5p-128: train
+step 11.52, rollout 14.00, verifier 20.11 GB per device of 102.80,
+docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pointrl.py:8xh200 /ckpt/pointrl_qwen3_4b \\

@@ -8,7 +8,8 @@ GSM8K variant (ours, not the paper's setting).
 
 Hardware (the arg): v5p-128 (data=1,fsdp=16,tensor=4) or one 8xH200 node (fsdp=2,tensor=4);
 rows = 64 x 8 = 512, one per (data, fsdp) shard per microbatch (grad_accum_steps 32 / 256).
-Fit: `8xh200` fits (docs/results/2026-12-04-aot-fit-4.md); v5p-128 is not yet compiled.
+Fit: `8xh200` fits (docs/results/2026-12-04-aot-fit-4.md); `v5p-128` fits (train step 9.51,
+rollout 14.00 GB per device of 102.80; docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_rl_baseline.py:8xh200 /ckpt/rl_qwen3_4b \\
