@@ -20,8 +20,10 @@ Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     prd-jax eval --config configs/eval/gptoss20b_v1_vs_rsa.py:livecodebench_v6 --workdir runs/gptoss20b_v1_rsa
 In-graph: `...:livecodebench_v6,8xh200` (declares `target` h200:8; 4 decode rows in flight per
 call, configs/eval/gptoss20b_v1_infer.py's 8xh200 value: every program fits, the largest
-rsa.aggregate at 34.49 GB per device of 139.93 as XLA:CPU measures it, since the sink attention
-runs in query blocks; docs/results/2026-12-04-aot-fit-4.md).
+rsa.aggregate at 37.41 GB per device of 139.93 as XLA:CPU measures it). `...,v5p-128` (target
+v5p:4x4x4, 256 rows in flight per call): every program fits, the largest rsa.aggregate at 97.42 GB
+per device of 102.80, a thin margin; `--config.sampling.max_rows=128` halves the rows in flight
+if a run overflows (docs/results/2026-12-04-aot-fit-5.md).
 Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer, upper bounds): 1.36e6
 requests, 2.0e10 prompt and 1.8e10 completion tokens; RSA at T = 4 alone is 5.6e9 completion
 tokens against V1's 2.0e9.
