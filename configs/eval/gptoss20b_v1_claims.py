@@ -23,8 +23,9 @@ far as prd_jax's eval can measure it today. Arg `CLAIM[,BENCH[,BACKEND]]`:
 BENCH is any V1 benchmark (codecontests, livecodebench_v5, livecodebench_v6, hmmt_feb2025),
 BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`; 8xh200 keeps
 configs/eval/gptoss20b_v1_infer.py's 4 decode rows in flight per call, with which
-`self_ranking,codecontests,8xh200` fits, docs/results/2026-12-04-aot-fit-4.md; v5p-128 is not
-compiled). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
+`self_ranking,codecontests,8xh200` fits, its largest program 35.09 GB per device of 139.93;
+`self_ranking,codecontests,v5p-128` fits, its largest a rating read at 85.53 of 102.80;
+docs/results/2026-12-04-aot-fit-5.md). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
 
 Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
@@ -56,7 +57,7 @@ CLAIMS = {  # claim: (default bench, k samples, operators(bench))
     "rsa_decay": ("livecodebench_v6", 4, lambda b: [V1.long_cot(b)] + [V1.rsa(b, t) for t in (1, 2, 3, 4)]),
     "difficulty": ("livecodebench_v5", 4, INFER.operators),
 }
-ARGS = tuple(CLAIMS) + ("self_ranking,codecontests,8xh200",)
+ARGS = tuple(CLAIMS) + ("self_ranking,codecontests,8xh200", "self_ranking,codecontests,v5p-128")
 
 
 def get_config(arg=None):
