@@ -28,10 +28,9 @@ of the next token: vLLM must allow 20 (`--max-logprobs 20`; `backend.rating_top_
 Request ESTIMATE (`prd-jax compile --estimate` with a stand-in tokenizer: upper bounds, nothing
 sent): codecontests 207,400 requests, 2.4e9 prompt and 1.0e9 completion tokens over the five
 operators; hmmt_feb2025 36,600 requests, 5.3e8 and 1.8e8 tokens. The in-graph args declare
-`target` h200:8 / v5p:4x4x4 / v5p:2x4x4 (v5p-64); codecontests,8xh200 fits and
-codecontests,v5p-64 fits (every program compiled; the sampling calls at more rows in flight
-than now); v5p-128 is not compiled (docs/results/2026-12-03-aot-fit-3.md,
-docs/results/2026-12-04-aot-fit-4.md). Runtime ESTIMATE in-graph (`prd-jax compile --estimate`,
+`target` h200:8 / v5p:4x4x4 / v5p:2x4x4 (v5p-64); every program fits on each: codecontests,8xh200
+(largest 35.09 GB per device of 139.93), codecontests,v5p-128 (largest 85.53 of 102.80) and
+codecontests,v5p-64 (largest 12.14 of 102.80; docs/results/2026-12-04-aot-fit-5.md). Runtime ESTIMATE in-graph (`prd-jax compile --estimate`,
 roofline, a floor), codecontests,8xh200 at 32 rows in flight per call: at most 1.0e9 generated
 tokens, 18 h; the pod now keeps 4 in flight, so longer.
 
