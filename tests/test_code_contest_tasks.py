@@ -199,7 +199,8 @@ def cc_grades():
         ("runtime", cc_row(), "raise ValueError('boom')\n"),
         ("syntax", cc_row(), "print(1\n"),
         ("memory", cc_row(), hog),
-        ("memory_roomy", cc_row(memory=1 << 30), hog + "a, b = map(int, input().split())\n"),
+        # 10 s: zero-filling 400 MB took over 1 s on a loaded 2-core host; the point here is memory
+        ("memory_roomy", cc_row(seconds=10, memory=1 << 30), hog + "a, b = map(int, input().split())\n"),
         ("float_close", cc_float_row(), "print(f'{int(input()) / 3:.7f}')\n"),
         ("float_far", cc_float_row(), "print(f'{int(input()) / 3:.3f}')\n"),
     ]
