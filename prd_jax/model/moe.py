@@ -74,9 +74,9 @@ def gated_unit(gate: Array, up: Array, limit: float, alpha: float) -> Array:
     return (up + 1) * (gate * jax.nn.sigmoid(gate * alpha))
 
 
-def clamped_swiglu(h: Array, limit: float, alpha: float) -> Array:
-    """`gated_unit` of interleaved `[..., 2F]` pre-activations -> `[..., F]`."""
-    return gated_unit(*split_gate_up(h), limit, alpha)
+def _gate_up_halves(p: dict) -> tuple:
+    """((gate weights, gate bias), (up weights, up bias)) of one layer's expert params."""
+    return tuple(zip(split_gate_up(p["gate_up"]), split_gate_up(p["gate_up_bias"])))
 
 
 def experts_grouped(x: Array, chosen: Array, weights: Array, p: dict, limit: float, alpha: float) -> Array:
@@ -95,8 +95,7 @@ def experts_grouped(x: Array, chosen: Array, weights: Array, p: dict, limit: flo
         h = jax.lax.ragged_dot(rows, w.astype(dt), sizes, preferred_element_type=jnp.float32)
         return h + jnp.take(b, expert_sorted, axis=0).astype(jnp.float32)
 
-    (gate_w, up_w), (gate_b, up_b) = split_gate_up(p["gate_up"]), split_gate_up(p["gate_up_bias"])
-    act = gated_unit(half(gate_w, gate_b), half(up_w, up_b), limit, alpha).astype(dt)
+    act = gated_unit(*(half(w, b) for w, b in _gate_up_halves(p)), limit, alpha).astype(dt)
     y = jax.lax.ragged_dot(act, p["down"].astype(dt), sizes, preferred_element_type=jnp.float32)
     y = y + jnp.take(p["down_bias"], expert_sorted, axis=0).astype(jnp.float32)
     unsorted = jnp.zeros_like(y).at[order].set(y, unique_indices=True).reshape(n, k, d)
@@ -109,10 +108,10 @@ def experts_dense(x: Array, chosen: Array, weights: Array, p: dict, limit: float
     dt = x.dtype
 
     def half(w, b):  # one of gate / up: [E, N, F] fp32
-        return jnp.einsum("nd,edf->enf", x, w.astype(dt), preferred_element_type=jnp.float32) + b.astype(jnp.float32)[:, None, :]
+        h = jnp.einsum("nd,edf->enf", x, w.astype(dt), preferred_element_type=jnp.float32)
+        return h + b.astype(jnp.float32)[:, None, :]
 
-    (gate_w, up_w), (gate_b, up_b) = split_gate_up(p["gate_up"]), split_gate_up(p["gate_up_bias"])
-    act = gated_unit(half(gate_w, gate_b), half(up_w, up_b), limit, alpha).astype(dt)
+    act = gated_unit(*(half(w, b) for w, b in _gate_up_halves(p)), limit, alpha).astype(dt)
     y = jnp.einsum("enf,efd->end", act, p["down"].astype(dt), preferred_element_type=jnp.float32)
     y = y + p["down_bias"].astype(jnp.float32)[:, None, :]
     combine = jnp.sum(jax.nn.one_hot(chosen, e, dtype=jnp.float32) * weights[..., None], axis=1)  # [N, E]
