@@ -25,7 +25,8 @@ BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`; 8xh200
 configs/eval/gptoss20b_v1_infer.py's 4 decode rows in flight per call, with which
 `self_ranking,codecontests,8xh200` fits, its largest program 35.09 GB per device of 139.93;
 `self_ranking,codecontests,v5p-128` fits, its largest a rating read at 85.53 of 102.80;
-docs/results/2026-12-04-aot-fit-5.md). Shared settings, GPT_OSS_20B_DIR and what is ours: configs/eval/v1_paper.py.
+docs/results/2026-12-04-aot-fit-5.md). Shared settings, GPT_OSS_20B_DIR and what is ours:
+configs/eval/v1_paper.py.
 
 Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
