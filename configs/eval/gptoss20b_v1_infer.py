@@ -31,8 +31,8 @@ operators; hmmt_feb2025 36,600 requests, 5.3e8 and 1.8e8 tokens. The in-graph ar
 `target` h200:8 / v5p:4x4x4 / v5p:2x4x4 (v5p-64); every program fits on each: codecontests,8xh200
 (largest 35.09 GB per device of 139.93), codecontests,v5p-128 (largest 85.53 of 102.80) and
 codecontests,v5p-64 (largest 12.14 of 102.80; docs/results/2026-12-04-aot-fit-5.md). Runtime
-ESTIMATE in-graph (`prd-jax compile --estimate`, roofline, a floor), codecontests,8xh200 at 32 rows in flight per call: at most 1.0e9 generated
-tokens, 18 h; the pod now keeps 4 in flight, so longer.
+ESTIMATE in-graph (`prd-jax compile --estimate`, roofline, a floor), codecontests,8xh200 at 32
+rows in flight per call: at most 1.0e9 generated tokens, 18 h; the pod now keeps 4 in flight, so longer.
 
 Expected (paper, V1 §4 as issue 33 quotes it): "On CodeContests, GPT-OSS-20B improves from
 66.06% to 73.33%"; "+8.6% on LiveCodeBench-v5"; "+10.0% on HMMT"; abstract: "V1-Infer improves
