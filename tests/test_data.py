@@ -173,14 +173,16 @@ def test_tfds_counts(built):
     ("math500", "test", "math500")])
 def test_tfds_rows_equal_jsonl(built, name, split, jsonl_name):
     rows = _decode_rows(built[name][split])
-    want = [{k: r[k] for k in ("id", "problem", "answer")} for r in _lines(jsonl_name)]
+    fields = get_task(name).source.fields  # id, problem, answer (+ solution where published)
+    want = [{k: r[k] for k in fields} for r in _lines(jsonl_name)]
     assert rows == want  # same rows, same (file) order
 
 
 def test_tfds_gsm8k_known_rows(built):
     first = _decode_rows(built["gsm8k"]["test"].take(1))[0]
     line = _lines("gsm8k_test")[0]
-    assert first == {"id": line["id"], "problem": line["problem"], "answer": line["answer"]}
+    assert first == {"id": line["id"], "problem": line["problem"], "answer": line["answer"],
+                     "solution": line["solution"]}
     assert first["answer"] == "18"
     train_first = _decode_rows(built["gsm8k"]["train"].take(1))[0]
     assert train_first["id"] == "gsm8k-train-0"
@@ -340,3 +342,28 @@ def test_task_gsm8k_and_prompt_template(task_names, vocab, tfds_root):
             assert vocab.decode(ex["targets"]) == line["answer"] == "204"
     finally:
         seqio_tasks.register_tokenized(vocab, TOKENIZED)
+
+
+def test_task_rows_follow_changed_files(tmp_path, monkeypatch):
+    """A task's rows come from the files as they are now: a replaced file (another download,
+    an edit) is prepared afresh, not read from the TFDS copy of the old one."""
+    monkeypatch.setenv(paths.TFDS_DIR_ENV, str(tmp_path / "tfds"))
+    (tmp_path / "data" / "math").mkdir(parents=True)
+    path = tmp_path / "data" / "math" / "aime2025.jsonl"
+
+    def write(answers):
+        path.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"q{i}", "answer": a}) + "\n"
+                                for i, a in enumerate(answers)))
+
+    task = get_task("aime2025")
+    write(["1", "2"])
+    assert [r["answer"] for r in task.problems("test", data_dir=str(tmp_path / "data"))] == ["1", "2"]
+    write(["7", "8", "9"])
+    os.utime(path, ns=(1, 1))  # a new mtime even on a coarse clock
+    assert [r["answer"] for r in task.problems("test", data_dir=str(tmp_path / "data"))] == ["7", "8", "9"]
+
+
+def test_gsm8k_rows_carry_the_worked_solution():
+    rows = get_task("gsm8k").problems("train", limit=2)
+    assert rows[0]["solution"] == _lines("gsm8k_train")[0]["solution"]
+    assert rows[0]["solution"].rstrip().endswith("#### " + rows[0]["answer"])

@@ -64,7 +64,8 @@ def ensure_files_task(name: str, split_files: Mapping[str, str], *, fields: Sequ
                       id_key: str = "id", derived: Sequence[tuple] = (), data_dir: Optional[str] = None) -> Any:
     """The seqio task `name` over JSONL `split_files` ({split: path under the data dir}),
     registered when absent or when the data dir it would read (`data_dir`, else `paths` rules:
-    $PRD_DATA_DIR, then the default) differs from the one its source reads. Another
+    $PRD_DATA_DIR, then the default) or its files (`tfds_builders.prepared_dir`) differ from what
+    its source reads. Another
     registration over the same builder and data dir (e.g. `seqio_tasks.register_tokenized`'s,
     which adds tokenizing preprocessors) is kept."""
     import seqio
@@ -77,7 +78,8 @@ def ensure_files_task(name: str, split_files: Mapping[str, str], *, fields: Sequ
         task = seqio.get_mixture_or_task(name)
         has = getattr(task.source, "_manual_data_dir", None)
         if (getattr(task.source, "builder_cls", None) is cls
-                and paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]):
+                and paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]
+                and getattr(task.source, "prepared_dir", None) == tfds_builders.prepared_dir(cls, want)):
             return task
     seqio_tasks.register_rows_task(name, cls, data_dir=want)
     return seqio.get_mixture_or_task(name)

@@ -47,8 +47,9 @@ class ManualTfdsDataSource(seqio.TfdsDataSource):
         self.builder_cls = builder_cls
         self._manual_data_dir = data_dir
         self._prepared = False
+        self.prepared_dir = tfds_builders.prepared_dir(builder_cls, data_dir, tfds_dir)
         super().__init__(tfds_name=f"{builder_cls.name}:{builder_cls.VERSION}",
-                         tfds_data_dir=paths.tfds_dir(tfds_dir),
+                         tfds_data_dir=self.prepared_dir,
                          splits=splits or tuple(s for s, _ in builder_cls.SPLIT_FILES),
                          read_only=True)
 

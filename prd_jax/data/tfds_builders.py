@@ -8,8 +8,10 @@ the manual dir layout is the shared data layout (`<data dir>/math/gsm8k_test.jso
 
 Prepared datasets are written under the TFDS data dir `paths.tfds_dir()` (default
 `~/.cache/prd_jax/tfds`, or `$PRD_TFDS_DIR`). Preparing is idempotent: an already prepared
-version is reused as is. It is *not* refreshed when the JSONL files change; pass `force=True`
-(or delete `<tfds_dir>/<builder name>`) after editing the data.
+version is reused as is. `build` / `prepare` do not refresh it when the JSONL files change (pass
+`force=True`); the seqio tasks that read JSONL data (`seqio_tasks.ManualTfdsDataSource`) prepare
+under `prepared_dir`, keyed by the declaration and the files' sizes and times, so new data is
+never read from a stale copy.
 
 Examples keep the file order (`disable_shuffling`). Their text features are the declared
 `fields` (each required, a non-empty string on every line, `id_key` unique in the file) plus the
@@ -22,6 +24,8 @@ Examples keep the file order (`disable_shuffling`). Their text features are the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import types
@@ -33,7 +37,7 @@ from etils import epath
 from prd_jax.data import jsonl, paths
 from prd_jax.data._tf import tf
 
-__all__ = ["JsonlBuilder", "builder_class", "get_builder", "download_config", "prepare", "build"]
+__all__ = ["JsonlBuilder", "builder_class", "prepared_dir", "get_builder", "download_config", "prepare", "build"]
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -121,6 +125,21 @@ def builder_class(name: str, split_files: Mapping[str, str], fields: Sequence[st
     cls = types.new_class(f"Builder_{name}", (JsonlBuilder,), {}, lambda ns: ns.update(body))
     _CLASSES[name] = cls
     return cls
+
+
+def prepared_dir(cls: type, data_dir: Optional[str] = None, tfds_dir: Optional[str] = None) -> str:
+    """The TFDS data dir that seqio tasks prepare `cls` in: `<tfds_dir>/jsonl_<digest>`, the digest
+    of the declaration (`cls.SPEC`), the data dir it reads and each split file's size and mtime.
+    New data (`prd-jax data get` of another revision, an edited file, another data dir) or new
+    declared fields therefore prepare afresh instead of reading a stale copy."""
+    root = paths._resolve(data_dir)[0]
+    files = []
+    for _, rel in cls.SPLIT_FILES:
+        path = os.path.join(root, *rel.split("/"))
+        stat = os.stat(path) if os.path.isfile(path) else None
+        files.append((rel, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1))
+    key = json.dumps([cls.name, list(cls.SPEC), root, files], default=list).encode()
+    return os.path.join(paths.tfds_dir(tfds_dir), f"jsonl_{hashlib.sha256(key).hexdigest()[:16]}")
 
 
 def get_builder(cls: type, tfds_dir: Optional[str] = None) -> JsonlBuilder:

@@ -48,8 +48,13 @@ class MathTask(Task):
         return None if answer is None else normalize_answer(answer)
 
 
+# GSM8K, MATH-500 and AIME 2024 publish a worked solution per problem: SFT trains on it
+# (`Task.sft_target`), so their files must carry it. AIME 2025's release has none.
+WITH_SOLUTION = ("id", "problem", "answer", "solution")
 GSM8K = register_task(MathTask("gsm8k", source=JsonlFiles({"train": "math/gsm8k_train.jsonl",
-                                                              "test": "math/gsm8k_test.jsonl"})))
-MATH500 = register_task(MathTask("math500", source=JsonlFiles({"test": "math/math500.jsonl"})))
-AIME2024 = register_task(MathTask("aime2024", source=JsonlFiles({"test": "math/aime2024.jsonl"})))
+                                                              "test": "math/gsm8k_test.jsonl"},
+                                                             fields=WITH_SOLUTION)))
+MATH500 = register_task(MathTask("math500", source=JsonlFiles({"test": "math/math500.jsonl"}, fields=WITH_SOLUTION)))
+AIME2024 = register_task(MathTask("aime2024", source=JsonlFiles({"test": "math/aime2024.jsonl"},
+                                                                fields=WITH_SOLUTION)))
 AIME2025 = register_task(MathTask("aime2025", source=JsonlFiles({"test": "math/aime2025.jsonl"})))
