@@ -11,6 +11,8 @@
 - `export_hf`: `model.safetensors` + `config.json` that transformers loads, through the
   HF name mapping `prd_jax.model.hf_names` that import uses too.
 - `describe`: a summary of a run's workdir for `prd-jax inspect`.
+- `load_workdir`: a training workdir's policy (its model, tokenizer and a step's params), the
+  one loader behind `prd-jax eval --config.checkpoint`, `serve --workdir` and `export --workdir`.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from prd_jax import fileio
+from prd_jax.data.synthetic import CharVocab
 from prd_jax.host import to_host
 from prd_jax.model import hf_names
-from prd_jax.model.config import ModelConfig
+from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+from prd_jax.model.decoder import param_shapes
+from prd_jax.model.loader import LoadedModel, model_config, smollm2_gguf_path
+from prd_jax.model.tokenizer import Tokenizer, for_model
+from prd_jax.model.weights import param_shardings
 from prd_jax.model.hf_names import hf_config  # noqa: F401  (re-exported: `checkpoint.hf_config`)
 
 log = logging.getLogger(__name__)
@@ -462,12 +469,24 @@ def latest_params(workdir) -> tuple[int, Any]:
     """`(step, params)` as host numpy arrays from the newest readable step of a training
     workdir (e.g. to start RL from an SFT run); damaged steps are skipped with a warning.
     Raises `NoCheckpointError` (a FileNotFoundError) saying where it looked when none reads."""
+    return read_params(workdir)
+
+
+def read_params(workdir, step: Optional[int] = None) -> tuple[int, Any]:
+    """`(step, params)` as host numpy arrays: step `step` of a training workdir, or (None) its
+    newest readable step (`latest_params`). A missing or unreadable `step` raises naming the
+    saved steps."""
     root = _path(workdir)
     directory = root / CHECKPOINT_SUBDIR
     if not directory.exists():
         raise _no_checkpoints(root, directory, [])
     with _read_only_manager(directory) as mngr:
         steps = list(mngr.all_steps())
+        if step is not None:
+            if step not in steps:
+                raise NoCheckpointError(f"workdir {os.fspath(root)} has no checkpoint step {step}; "
+                                        f"saved steps: {sorted(steps)}")
+            return step, _restore_params_host(mngr, step)
         for step in sorted(steps, reverse=True):
             try:
                 return step, _restore_params_host(mngr, step)
@@ -475,3 +494,97 @@ def latest_params(workdir) -> tuple[int, Any]:
                 log.warning("checkpoint step %d in %s failed to read (%s: %s)", step, directory,
                             type(e).__name__, str(e).splitlines()[0][:500])
     raise _no_checkpoints(root, directory, steps)
+
+
+# --------------------------------------------------------------------------- a workdir's model
+
+def parse_checkpoint(spec: str, field: str = "config.checkpoint") -> tuple[str, Optional[int]]:
+    """"WORKDIR" or "WORKDIR@STEP" -> (workdir, step or None); a bad form raises naming `field`."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"{field}={spec!r}; allowed: a training workdir, optionally with @STEP (e.g. /tmp/sft@20)")
+    workdir, at, step = spec.rpartition("@")
+    if not at or "/" in step:  # no "@", or an "@" inside the path
+        return spec, None
+    if not workdir or not step.isdigit():
+        raise ValueError(f"{field}={spec!r}: step {step!r} is not an integer >= 0; allowed: WORKDIR or "
+                         "WORKDIR@STEP (e.g. /tmp/sft@20)")
+    return workdir, int(step)
+
+
+def resolve_checkpoint(spec: str, field: str = "config.checkpoint") -> tuple[str, int]:
+    """(absolute workdir, step) of "WORKDIR[@STEP]": without @STEP its newest saved step. Errors
+    (no workdir, no config.json, no such step) name `field`."""
+    workdir, step = parse_checkpoint(spec, field)
+    root = _path(workdir)
+    try:
+        if not fileio.exists(os.fspath(root / "config.json")):
+            raise FileNotFoundError(f"workdir {os.fspath(root)} has no config.json (is it a `prd-jax train` "
+                                    "workdir?)" if root.exists() else f"workdir {os.fspath(root)} does not exist")
+        directory = root / CHECKPOINT_SUBDIR
+        steps = []
+        if directory.exists():
+            with _read_only_manager(directory) as mngr:
+                steps = sorted(mngr.all_steps())
+        if not steps:
+            raise _no_checkpoints(root, directory, steps)
+        if step is not None and step not in steps:
+            raise NoCheckpointError(f"workdir {os.fspath(root)} has no step {step}; saved steps: {steps}")
+    except FileNotFoundError as e:
+        raise type(e)(f"{field}={spec!r}: {e}") from None
+    return os.fspath(root), steps[-1] if step is None else step
+
+
+def run_model_config(run: dict) -> ModelConfig:
+    """The ModelConfig a training run's resolved config (`workdir/config.json`) trained, as
+    `train.setup.build_model` built it: a pretrained model's from its weights' header, else the
+    named config, each with `model.overrides`."""
+    m = run.get("model") or {}
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (m.get("overrides") or {}).items()}
+    name = m.get("name", "")
+    if m.get("init") == "pretrained":
+        return model_config(name, m.get("path") or None, **overrides)
+    if name not in NAMED_CONFIGS:
+        raise ValueError(f"run config model.name={name!r}; allowed: {sorted(NAMED_CONFIGS)}")
+    return NAMED_CONFIGS[name].replace(**overrides)
+
+
+def run_tokenizer(run: dict, cfg: ModelConfig):
+    """The tokenizer a training run used: `CharVocab` for tokenizer="char", else its model's."""
+    m = run.get("model") or {}
+    if run.get("tokenizer", "model") == "char":
+        return CharVocab()
+    path = m.get("path") or None
+    if path is None and m.get("name") == "smollm2-135m":
+        path = smollm2_gguf_path()
+    if path is None:
+        raise ValueError(f"run config model.path is empty: no tokenizer for model {m.get('name')!r} (no hub downloads)")
+    tok = Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_dir(path)
+    return for_model(tok, cfg)
+
+
+def load_workdir(workdir, step: Optional[int] = None, *, mesh=None, **overrides):
+    """A training workdir's policy as a `model.LoadedModel`: the model and tokenizer its
+    `config.json` names (`run_model_config`, `run_tokenizer`: char-vocabulary runs included),
+    `overrides` (ModelConfig fields, e.g. dtype) on top, and the params of `step` (None: the
+    newest readable step) placed on `mesh`. `source` is "WORKDIR@STEP"."""
+    root = _path(workdir)
+    config_path = os.fspath(root / "config.json")
+    if not fileio.exists(config_path):
+        raise FileNotFoundError(f"workdir {os.fspath(root)}: no config.json (is it a `prd-jax train` workdir?)")
+    run = fileio.read_json(config_path)
+    cfg = run_model_config(run).replace(**overrides)
+    tokenizer = run_tokenizer(run, cfg)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(f"workdir {os.fspath(root)}: tokenizer has {tokenizer.vocab_size} ids, the model "
+                         f"{cfg.vocab_size}")
+    step, host = read_params(root, step)
+    specs = param_shapes(cfg)
+    flat_host, flat_specs = jax.tree.leaves(host), jax.tree.leaves(specs)
+    if jax.tree.structure(host) != jax.tree.structure(specs) or any(
+            h.shape != s.shape for h, s in zip(flat_host, flat_specs)):
+        raise ValueError(f"workdir {os.fspath(root)} step {step}: its params do not match the model its "
+                         "config.json names")
+    params = jax.tree.map(lambda h, s, sh: jax.device_put(np.asarray(h, s.dtype), sh), host, specs,
+                          param_shardings(cfg, mesh))
+    log.info("loaded %s step %d (%s, tokenizer %s)", os.fspath(root), step, cfg.family, type(tokenizer).__name__)
+    return LoadedModel(cfg, params, tokenizer, mesh, f"{os.fspath(root)}@{step}")

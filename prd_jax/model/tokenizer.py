@@ -238,7 +238,8 @@ class Tokenizer:
         """Build the tokenizer of a Hugging Face directory holding `tokenizer.json`.
 
         Special tokens and the chat template come from `tokenizer_config.json` (or
-        `special_tokens_map.json`); a `chat_template.jinja` file takes precedence.
+        `special_tokens_map.json`); a `chat_template.jinja` file takes precedence. The ids of
+        `generation_config.json`'s `eos_token_id` are added to `stop_ids`.
         """
         path = os.fspath(path)
         tj = os.path.join(path, "tokenizer.json")
@@ -274,7 +275,7 @@ class Tokenizer:
             if not isinstance(template, str):
                 template = None
 
-        return cls(
+        out = cls(
             rust,
             vocab_size=rust.get_vocab_size(with_added_tokens=True),
             bos_id=bos_id,
@@ -285,6 +286,15 @@ class Tokenizer:
             chat_template=template,
             source=path,
         )
+        # generation_config.json's eos_token_id (an id or a list) ends generation too, as in transformers
+        eos = _read_json(os.path.join(path, "generation_config.json")).get("eos_token_id")
+        extra = [int(i) for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)]
+        out.stop_ids = tuple(dict.fromkeys(out.stop_ids + tuple(extra)))
+        return out
+
+    def hf_json(self) -> str:
+        """The Rust tokenizer as `tokenizer.json` text (what `from_hf_dir` reads back)."""
+        return self._tok.to_str()
 
     # ------------------------------------------------------------------ encoding
 
