@@ -129,7 +129,7 @@ def _config(server, api: str, problems: int = 2, operators=OPERATORS):
     c.operators = operators
     if api:
         c.backend.update(dict(kind="openai", base_url=server + "/v1", model=NAME, api=api, api_key_env="",
-                              chat_prefill=True, max_concurrency=8))
+                              endpoint="prd_jax", max_concurrency=8))
     return c
 
 

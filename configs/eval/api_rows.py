@@ -12,12 +12,15 @@ Command to run (each config built here; the arg picks the AIME year, default aim
 
 What every row shares, as the paper sets it: mean@16 on the 30 AIME problems of the chosen
 year, sampling T = 1.0, top-p 1.0 (o3-mini takes no temperature / top-p:
-`send_sampling=False` leaves them out), PDR with k = 2. Ours, not the paper's:
+`endpoint="openai_reasoning"` leaves them out, and sends the budget as
+max_completion_tokens; backends/endpoints.py), PDR with k = 2. Ours, not the paper's:
 - the per-call budgets (8k for Fig. 3, Table 1 and Fig. 6; 16k for Table 2), the kappa of
   2048 summary tokens, and quoting at most 4096 tokens of a candidate (head 1024 + tail);
 - the model ranker of shared / per-sample top-k: `self_pointwise` with up to 4096 tokens per
   rating call. Both providers bill hidden reasoning inside a call's budget, so a small
-  rating budget would often end before any visible rating is written;
+  rating budget would often end before any visible rating is written. Neither endpoint
+  returns log-probabilities (backends/endpoints.py), so a judge's forced rating reads the
+  digit the model writes, within `backend.rating_max_tokens` (1024, reasoning included);
 - Gemini's budgets stop at 24,576 tokens: `thinking_budget=-1` sends each call's own budget
   as `thinking_config.thinking_budget`, which Google's launch notes for gemini-2.5-flash cap
   at 24k tokens, so Gemini's Long-CoT grid has no 32k point.
@@ -49,12 +52,13 @@ YEARS = ("aime2024", "aime2025")
 PROVIDERS = {
     "o3mini": dict(
         backend=dict(kind="openai", base_url="https://api.openai.com/v1", model="o3-mini", api="chat",
-                     api_key_env="OPENAI_API_KEY", token_param="max_completion_tokens", send_sampling=False,
-                     reasoning_effort="", tokenizer=""),  # "": the paper's effort is not stated (API default)
+                     api_key_env="OPENAI_API_KEY", endpoint="openai_reasoning", reasoning_effort="",
+                     tokenizer=""),  # "": the paper's effort is not stated (API default)
         max_call=32768),
     "gemini25flash": dict(
         backend=dict(kind="openai", base_url="https://generativelanguage.googleapis.com/v1beta/openai/",
-                     model="gemini-2.5-flash", api="chat", api_key_env="GEMINI_API_KEY", thinking_budget=-1,
+                     model="gemini-2.5-flash", api="chat", endpoint="gemini", api_key_env="GEMINI_API_KEY",
+                     thinking_budget=-1,
                      tokenizer=""),
         max_call=24576),  # thinking_budget ceiling of gemini-2.5-flash
 }

@@ -12,7 +12,7 @@ d_min = 2, h = 8, tau = 0.1, top-p 0.95, T = 0.6 on code and 1.0 on HMMT (V1 §4
 
 Command to run (start the server first, either one; GPT_OSS_20B_DIR is the HF checkpoint dir
 holding tokenizer.json and the chat template):
-    vllm serve openai/gpt-oss-20b --max-logprobs 20
+    vllm serve openai/gpt-oss-20b --max-logprobs 20 --generation-config vllm
     python -m sglang.launch_server --model-path openai/gpt-oss-20b --port 8000
 then, per benchmark:
     export GPT_OSS_20B_DIR=/path/to/gpt-oss-20b
@@ -25,6 +25,9 @@ In-graph (the weights from GPT_OSS_20B_DIR or --config.model_path=...):
     prd-jax eval --config configs/eval/gptoss20b_v1_infer.py:codecontests,8xh200 --workdir runs/gptoss20b_v1_cc_h200
 A forced rating (a judge that wrote no rating tag) reads the server's top 20 log-probabilities
 of the next token: vLLM must allow 20 (`--max-logprobs 20`; `backend.rating_top_logprobs`).
+`--generation-config vllm` makes vLLM ignore the checkpoint's generation_config.json; each
+request sends its sampling anyway (top-k off as -1; backends/endpoints.py). Against SGLang add
+`--config.backend.endpoint=sglang` (it returns no token ids: answers are re-encoded).
 Request ESTIMATE (`prd-jax compile --estimate` with a stand-in tokenizer: upper bounds, nothing
 sent): codecontests 207,400 requests, 2.4e9 prompt and 1.0e9 completion tokens over the five
 operators; hmmt_feb2025 36,600 requests, 5.3e8 and 1.8e8 tokens. The in-graph args declare

@@ -12,7 +12,8 @@ must name the policy's weights as an HF directory, e.g. written by
 settings and what is ours: configs/eval/v1_paper.py.
 
 Command to run:
-    vllm serve /path/to/pairrl_export --served-model-name Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20
+    vllm serve /path/to/pairrl_export --served-model-name Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20 \\
+        --generation-config vllm
     export QWEN3_4B_DIR=/path/to/Qwen3-4B-Instruct-2507
     prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:livecodebench_v5 --workdir runs/pairrl_lcb5
 In-graph:

@@ -16,7 +16,7 @@ Shared settings and what is ours: configs/eval/v1_paper.py. Qwen3-4B-Instruct-25
 thinking block, so no budget is split.
 
 Command to run:
-    vllm serve Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20
+    vllm serve Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20 --generation-config vllm
     export QWEN3_4B_DIR=/path/to/Qwen3-4B-Instruct-2507
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6 --workdir runs/qwen3_4b_matched
 In-graph:

@@ -128,7 +128,7 @@ def config(model: str, operators: list, bench: str, backend: str, k_samples: int
         c.batch_size = 10
         c.backend = ml_collections.ConfigDict(dict(
             kind="openai", base_url="http://127.0.0.1:8000/v1", model=m["served"], api="completions",
-            api_key_env="", tokenizer=checkpoint, max_concurrency=64))  # a local server batches many requests
+            endpoint="vllm", api_key_env="", tokenizer=checkpoint, max_concurrency=64))  # a local server batches many requests
     else:
         pod = PODS[backend]
         c.mesh, c.target = pod["mesh"], pod["target"]

@@ -20,10 +20,11 @@ def make_remote_lm(backend: BackendConfig, tokenizer, workdir: Optional[str] = N
               chat_template_kwargs: Optional[dict] = None):
     """(RemoteLM, the tokenizer operator contexts compile their templates with).
 
-    The request cache lives in `workdir/requests.jsonl` (local workdirs; None: in memory).
+    The request cache lives in `workdir/requests.jsonl` (a URI workdir: its numbered shards;
+    None: in memory).
     Chat mode compiles templates without the chat template (`ChatWireTokenizer`)."""
     backend.validate()
-    cache = RequestCache(os.path.join(workdir, CACHE_FILE) if workdir and "://" not in workdir else None)
+    cache = RequestCache(os.path.join(workdir, CACHE_FILE) if workdir else None)
     client = Client(backend, cache, progress=progress)
     host = RemoteHost(backend, tokenizer, client, chat_template_kwargs)
     return RemoteLM(host), (ChatWireTokenizer(tokenizer) if backend.api == "chat" else tokenizer)

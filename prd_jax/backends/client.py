@@ -7,7 +7,10 @@
 - 429, 408, 5xx, timeouts, connection errors and malformed bodies (`check` returns a
   reason) are retried up to `max_retries` times, with exponential backoff and jitter,
   waiting at least the server's `Retry-After`;
-- any other status (400, 401, 403, 404, 422) fails at once; its reason is kept.
+- any other status (400, 401, 403, 404, 422) fails at once; its reason is kept. A 400 / 422
+  that names a refused request parameter (`endpoints.refused_param`) is counted: after
+  `stop_after_refusals` of them nothing more is sent (`stopped` says why, naming the
+  parameter), since every other request carries the same parameter.
 A request that still fails comes back as `Answer(ok=False, error=...)`: the caller counts
 it, nothing raises. The key travels only in the Authorization header; it is scrubbed from
 every reason the client records.
@@ -29,11 +32,16 @@ from tqdm import tqdm
 
 from prd_jax.backends.cache import RequestCache, request_key
 from prd_jax.backends.config import BackendConfig
+from prd_jax.backends.endpoints import ENDPOINTS, refused_param, usage_counts
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
 BACKOFF_CAP_S = 60.0
+
+
+class RefusedParameter(ValueError):
+    """The endpoint refused a request parameter often enough that the run stops (one line)."""
 
 
 @dataclasses.dataclass
@@ -76,6 +84,8 @@ class Client:
         self._key = backend.api_key()  # refused here, before any request, when unset
         self.sent = 0  # HTTP requests made (retries included)
         self.tokens = 0
+        self.refusals = {}  # refused parameter -> 400 / 422 answers naming it
+        self.stopped = ""  # set once refusals reach backend.stop_after_refusals: why nothing more is sent
         self._bar = tqdm(total=0, desc=f"requests {backend.model}", unit="req", disable=not progress,
                          dynamic_ncols=True)
         self._loop = asyncio.new_event_loop()
@@ -124,11 +134,15 @@ class Client:
                 return await asyncio.gather(*(one(k, b) for k, b in unique.items()))
 
             answers.update(dict(self._run(go())))
+            self.cache.flush()
         return [answers[k] for k in keys]
 
     async def _post(self, path: str, key: str, body: dict, check) -> Answer:
         malformed, reason = 0, ""
         for attempt in range(self.backend.max_retries + 1):
+            if self.stopped:
+                self._done(None)
+                return Answer(False, error=f"not sent: {self.stopped}", retries=attempt, malformed=malformed)
             wait = 0.0
             self.sent += 1
             try:
@@ -152,6 +166,7 @@ class Client:
                     reason = f"malformed body: {problem}"
                 else:
                     reason = self.scrub(f"http {r.status_code}: {_message(r)}")
+                    self._refused(r, body)
                     if r.status_code not in RETRY_STATUS:
                         self._done(None)
                         return Answer(False, error=reason, retries=attempt, malformed=malformed)
@@ -162,11 +177,33 @@ class Client:
         return Answer(False, error=f"{reason} (gave up after {self.backend.max_retries} retries)",
                       retries=self.backend.max_retries, malformed=malformed)
 
+    def _refused(self, r: httpx.Response, body: dict) -> None:
+        """Count a 400 / 422 naming a refused parameter; stop sending after enough of them."""
+        try:
+            data = r.json()
+        except ValueError:
+            data = r.text
+        param = refused_param(r.status_code, data)
+        if param is None:
+            return
+        self.refusals[param] = self.refusals.get(param, 0) + 1
+        if self.refusals[param] >= self.backend.stop_after_refusals and not self.stopped:
+            self.stopped = self.scrub(
+                f"the server refused request parameter {param!r} (http {r.status_code}, "
+                f"{self.refusals[param]} answers; endpoint {self.backend.endpoint_row().name!r}): set "
+                f"config.backend.endpoint to the server's kind, allowed: {tuple(ENDPOINTS)}. "
+                f"Server said: {' '.join(_message(r).split())[:160]}")
+
     def _done(self, data: Optional[dict]) -> None:
         usage = (data or {}).get("usage") or {}
-        self.tokens += int(usage.get("completion_tokens") or 0)
+        self.tokens += usage_counts(usage)[0]
         self._bar.set_postfix(tokens=self.tokens, sent=self.sent, refresh=False)
         self._bar.update(1)
+
+    def check(self) -> None:
+        """Raise `RefusedParameter` once the run has stopped on refusals (outside the program)."""
+        if self.stopped:
+            raise RefusedParameter(self.stopped)
 
     def close(self) -> None:
         self._run(self._http.aclose())

@@ -6,10 +6,13 @@ call of the same compiled operator program to an OpenAI-compatible endpoint:
 `api="chat"` posts text to `/v1/chat/completions` (OpenAI o-series, Gemini's
 OpenAI-compatible endpoint, any chat server).
 
-A call's token budget goes to the endpoint's own knob (`token_param`): `max_tokens`, or
-`max_completion_tokens` for the o-series, where the budget covers hidden reasoning too.
-`reasoning_effort` is sent when set; `thinking_budget` > 0 sends Gemini's
-`thinking_config.thinking_budget`, and -1 sends each call's own token budget there.
+`endpoint` names the kind of server (`backends.endpoints.ENDPOINTS`: openai_reasoning,
+gemini, vllm, sglang, prd_jax, transformers, or the generic chat / completions); its row
+decides which request fields are sent and under which names (the budget's field,
+sampling, top-k off, seed, log-probabilities, token ids back). `reasoning_effort` is sent
+when set; `thinking_budget` > 0 sends Gemini's `thinking_config.thinking_budget`, and -1
+sends each call's own token budget there. `token_param`, `send_sampling` and
+`chat_prefill` moved into the endpoint rows (`MOVED` names where).
 
 Every field is checked before any request is sent; an error names the field and what is
 allowed. The key is never in the config: `api_key_env` names the environment variable.
@@ -23,9 +26,13 @@ from typing import Optional
 
 import ml_collections
 
+from prd_jax.backends.endpoints import ENDPOINTS, endpoint_for
+
 KINDS = ("jax", "openai")
+MOVED = {"token_param": "config.backend.endpoint (openai_reasoning sends max_completion_tokens)",
+         "send_sampling": "config.backend.endpoint (openai_reasoning sends no temperature / top_p)",
+         "chat_prefill": "config.backend.endpoint (vllm, sglang, prd_jax continue the final message)"}
 APIS = ("completions", "chat")
-TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
 EFFORTS = ("", "minimal", "low", "medium", "high")
 
 
@@ -33,10 +40,18 @@ def default_backend() -> ml_collections.ConfigDict:
     """The `backend` sub-config every eval config has (added when a config file has none),
     so `--config.backend.FIELD=...` overrides work on any eval config."""
     return ml_collections.ConfigDict(dict(
-        kind="jax", base_url="", model="", api="", api_key_env="OPENAI_API_KEY", max_concurrency=16,
-        timeout_s=600.0, max_retries=8, retry_base_s=1.0, tokenizer="", token_param="max_tokens", reasoning_effort="",
-        thinking_budget=0, send_sampling=True, send_seed=True, chat_prefill=False, rating_top_logprobs=20,
+        kind="jax", base_url="", model="", api="", endpoint="", api_key_env="OPENAI_API_KEY",
+        max_concurrency=16, timeout_s=600.0, max_retries=8, retry_base_s=1.0, tokenizer="", reasoning_effort="",
+        thinking_budget=0, send_seed=True, rating_top_logprobs=20, rating_max_tokens=1024,
+        stop_after_refusals=3,
         price_input_per_mtok=0.0, price_output_per_mtok=0.0))
+
+
+def _moved(names) -> None:
+    moved = sorted(set(names) & set(MOVED))
+    if moved:
+        raise ValueError(f"config.backend.{moved[0]} moved: set {MOVED[moved[0]]}; allowed endpoints: "
+                         f"{tuple(ENDPOINTS)}")
 
 
 def with_backend(config):
@@ -45,6 +60,7 @@ def with_backend(config):
     given = config.get("backend") if "backend" in config else None
     if given is not None:
         unknown = sorted(set(given.keys()) - set(full.keys()))
+        _moved(unknown)
         if unknown:
             raise ValueError(f"config.backend has unknown fields {unknown}; allowed: {sorted(full.keys())}")
         for k in given.keys():
@@ -61,25 +77,35 @@ class BackendConfig:
     base_url: str = ""
     model: str = ""
     api: str = ""
+    endpoint: str = ""  # a row of backends.endpoints.ENDPOINTS; "" = the generic row of `api`
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = 16
     timeout_s: float = 600.0
     max_retries: int = 8
     retry_base_s: float = 1.0  # backoff base: retry i waits base * 2^i (jittered, capped at 60 s)
     tokenizer: str = ""
-    token_param: str = "max_tokens"
     reasoning_effort: str = ""
     thinking_budget: int = 0
-    send_sampling: bool = True  # o-series: False (they accept no temperature / top_p)
-    send_seed: bool = True  # a per-sample seed in each body (always in the cache key)
-    chat_prefill: bool = False  # vLLM / SGLang / ours: continue a final assistant message
-    rating_top_logprobs: int = 20
+    send_seed: bool = True  # a per-sample seed in each body where the endpoint takes one (always in the cache key)
+    rating_top_logprobs: int = 20  # capped by the endpoint's own limit
+    rating_max_tokens: int = 1024  # a rating read without log-probabilities: room to reason, then write the digit
+    stop_after_refusals: int = 3  # a 400 naming a parameter: stop the run after this many
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
 
     @property
     def remote(self) -> bool:
         return self.kind == "openai"
+
+    def __post_init__(self):
+        if self.kind == "openai" and not self.api and self.endpoint in ENDPOINTS:
+            apis = ENDPOINTS[self.endpoint].apis
+            if len(apis) == 1:  # an endpoint that serves one API names it
+                object.__setattr__(self, "api", apis[0])
+
+    def endpoint_row(self):
+        """The `backends.endpoints.Endpoint` this backend's requests follow."""
+        return endpoint_for(self.endpoint, self.api)
 
     @classmethod
     def from_config(cls, backend) -> "BackendConfig":
@@ -89,6 +115,7 @@ class BackendConfig:
         raw = backend.to_dict() if hasattr(backend, "to_dict") else dict(backend)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - names)
+        _moved(unknown)
         if unknown:
             raise ValueError(f"config.backend has unknown fields {unknown}; allowed: {sorted(names)}")
         out = cls(**raw)
@@ -107,14 +134,26 @@ class BackendConfig:
             bad("base_url", self.base_url, "an http(s) URL of the API root, e.g. http://127.0.0.1:8000/v1")
         if not self.model:
             bad("model", self.model, "the served model's name (non-empty)")
+        if self.endpoint and self.endpoint not in ENDPOINTS:
+            bad("endpoint", self.endpoint, tuple(ENDPOINTS) + ("'' (the generic row of api)",))
         if self.api not in APIS:
             bad("api", self.api, APIS)
-        if self.token_param not in TOKEN_PARAMS:
-            bad("token_param", self.token_param, TOKEN_PARAMS)
+        e = self.endpoint_row()
+        if self.api not in e.apis:
+            bad("api", self.api, f"{e.apis} (endpoint {e.name!r})")
         if self.reasoning_effort not in EFFORTS:
             bad("reasoning_effort", self.reasoning_effort, EFFORTS)
-        if self.api == "completions" and (self.reasoning_effort or self.thinking_budget):
-            raise ValueError("config.backend.reasoning_effort / thinking_budget apply to api='chat' only")
+        if self.reasoning_effort and not e.reasoning_effort:
+            bad("reasoning_effort", self.reasoning_effort, f"'' (endpoint {e.name!r} takes none)")
+        if self.thinking_budget and not e.thinking_budget:
+            bad("thinking_budget", self.thinking_budget, f"0 (only endpoint 'gemini' takes one; this is {e.name!r})")
+        if self.reasoning_effort and self.thinking_budget:
+            raise ValueError("config.backend.reasoning_effort and thinking_budget are both set; Gemini refuses "
+                             "both in one request: set one")
+        if self.rating_max_tokens < 1:
+            bad("rating_max_tokens", self.rating_max_tokens, "an integer >= 1")
+        if self.stop_after_refusals < 1:
+            bad("stop_after_refusals", self.stop_after_refusals, "an integer >= 1")
         if self.max_concurrency < 1:
             bad("max_concurrency", self.max_concurrency, "an integer >= 1")
         if not self.timeout_s > 0:
@@ -150,5 +189,5 @@ class BackendConfig:
 
     def settings(self) -> dict:
         """The fields that change results (a workdir's rows resume only under the same ones)."""
-        return {k: getattr(self, k) for k in ("kind", "base_url", "model", "api", "token_param",
-                                              "reasoning_effort", "thinking_budget", "send_sampling")}
+        return {k: getattr(self, k) for k in ("kind", "base_url", "model", "api", "endpoint",
+                                              "reasoning_effort", "thinking_budget")}

@@ -15,12 +15,16 @@ a call of M samples on B prompts is B*M requests, each with its own seed.
 - `api="chat"`: templates are compiled without the chat template (`ChatWireTokenizer`),
   so a prompt's ids are the user message's text; it is decoded and sent as one user
   message, and the answer's `content` is encoded with the local tokenizer.
-- Budgets are what the server billed: `usage.prompt_tokens` and `usage.completion_tokens`
-  (hidden reasoning included) per request, returned as `SampleOutput.billed_in/out`.
+- Every body follows the endpoint's row (`endpoints.ENDPOINTS`, `config.backend.endpoint`):
+  a parameter the endpoint refuses is never sent.
+- Budgets are what the server billed: `usage.prompt_tokens` and the completion tokens,
+  hidden reasoning included (`endpoints.usage_counts`), per request, returned as
+  `SampleOutput.billed_in/out`; each call's hidden reasoning tokens are recorded too.
 - A judge's forced rating (`next_logits`) asks for one token with its top
-  `rating_top_logprobs` log-probabilities; ids outside them get -1e9. Chat mode continues
-  the judge's own message where the server allows it (`chat_prefill`), else asks for the
-  rating in a follow-up turn; with no logprobs, the rating digit it wrote is used.
+  `rating_top_logprobs` log-probabilities where the endpoint returns them; ids outside
+  them get -1e9. Chat mode continues the judge's own message where the endpoint allows it,
+  else asks for the rating in a follow-up turn; on an endpoint without log-probabilities
+  (o-series, Gemini, transformers serve) the rating digit the model wrote is used.
 
 Rows that are not real calls (`live` False: a tournament batch's unused slots) send
 nothing and come back empty. Failed requests come back empty as well; they are counted
@@ -42,12 +46,13 @@ import numpy as np
 
 from prd_jax.backends.client import Client
 from prd_jax.backends.config import BackendConfig
+from prd_jax.backends.endpoints import rating_fields, sampling_fields, usage_counts
 from prd_jax.sampling import SampleOutput
 
 ASSISTANT_MARK = "\u241e"  # where a chat-mode prompt's assistant turn starts (ChatWireTokenizer)
 MISSING_LOGIT = -1e9
 COUNTERS = ("requests", "cached", "failed", "empty", "length", "malformed", "retries", "truncated_locally",
-            "rating_unavailable")
+            "rating_unavailable", "rating_written", "completion_tokens", "reasoning_tokens")
 
 
 class ChatWireTokenizer:
@@ -113,6 +118,7 @@ class RemoteHost:
     def __init__(self, backend: BackendConfig, tokenizer, client: Client, chat_template_kwargs=None):
         self.backend, self.tok, self.client = backend, tokenizer, client
         self.chat = backend.api == "chat"
+        self.endpoint = backend.endpoint_row()
         self.vocab = int(tokenizer.vocab_size)
         self.stop_ids = tuple(int(t) for t in tokenizer.stop_ids)
         self.digit_ids = {i for d in "0123456789" for i in tokenizer.encode(d)[:1]}
@@ -130,7 +136,9 @@ class RemoteHost:
         self.calls.clear()
 
     def take_stats(self) -> dict:
-        """{problem: {counter: n, ..., "errors": [reasons]}} of the run since `begin`."""
+        """{problem: {counter: n, ..., "errors": [reasons]}} of the run since `begin`. Raises
+        `client.RefusedParameter` when the endpoint refused a parameter often enough to stop."""
+        self.client.check()
         out = {p: {**{k: int(c[k]) for k in COUNTERS}, "errors": self.reasons.get(p, []),
                    "calls": self.calls.get(p, [])} for p, c in self.stats.items()}
         self.begin(self.problems)
@@ -139,22 +147,16 @@ class RemoteHost:
     # ------------------------------------------------------------------ requests
 
     def _sampling(self, body: dict, scfg, max_new: int, seed: int, greedy: bool = False) -> dict:
-        b = self.backend
-        body[b.token_param if self.chat else "max_tokens"] = int(max_new)
-        if b.send_sampling:
-            body["temperature"] = 0.0 if greedy else float(scfg.temperature)
-            body["top_p"] = 1.0 if greedy else float(scfg.top_p)
-            if not greedy and scfg.top_k:
-                body["top_k"] = int(scfg.top_k)
-        if b.send_seed:
-            body["seed"] = seed
+        b, e = self.backend, self.endpoint
+        t, p, k = (0.0, 1.0, 0) if greedy else (float(scfg.temperature), float(scfg.top_p), int(scfg.top_k or 0))
+        body.update(sampling_fields(e, self.chat, max_new, t, p, k, seed if b.send_seed else None, self.stop_ids))
         if self.chat:
             if b.reasoning_effort:
                 body["reasoning_effort"] = b.reasoning_effort
             if b.thinking_budget:
                 budget = int(max_new) if b.thinking_budget == -1 else b.thinking_budget
                 body["extra_body"] = {"google": {"thinking_config": {"thinking_budget": budget}}}
-            if self.template_kwargs:
+            if self.template_kwargs and e.template_kwargs:
                 body["chat_template_kwargs"] = self.template_kwargs
         return body
 
@@ -167,7 +169,7 @@ class RemoteHost:
         if not assistant:
             return messages, False
         messages.append({"role": "assistant", "content": assistant})
-        if self.backend.chat_prefill:
+        if self.endpoint.continue_final:
             return messages, True
         messages.append({"role": "user", "content": "Continue your previous message exactly where it stops: "
                                                     "write only the next token."})
@@ -181,17 +183,21 @@ class RemoteHost:
                 body["continue_final_message"], body["add_generation_prompt"] = True, False
         else:
             body["prompt"] = [int(t) for t in ids]
-            body["return_token_ids"] = True
+            if "return_token_ids" in self.endpoint.token_ids:
+                body["return_token_ids"] = True
         return self._sampling(body, scfg, max_new, seed, greedy)
 
     def _count(self, problem: int, answer, name: str) -> None:
         usage = (answer.body or {}).get("usage") or {}
         choice = ((answer.body or {}).get("choices") or [{}])[0]
+        billed, hidden = usage_counts(usage) if answer.ok else (0, 0)
         self.calls[problem].append({"name": name, "prompt_tokens": usage.get("prompt_tokens"),
-                                    "completion_tokens": usage.get("completion_tokens"),
+                                    "completion_tokens": billed, "reasoning_tokens": hidden,
                                     "finish_reason": choice.get("finish_reason") if answer.ok else "failed",
                                     "cached": answer.cached})
         c = self.stats[problem]
+        c["completion_tokens"] += billed
+        c["reasoning_tokens"] += hidden
         c["requests"] += 1
         c["cached"] += answer.cached
         c["retries"] += answer.retries
@@ -212,7 +218,7 @@ class RemoteHost:
             ids = _token_ids(choice)
             if ids is None:
                 ids = self.tok.encode(text) if text else []
-        return ids, choice.get("finish_reason"), usage["prompt_tokens"], usage["completion_tokens"], not ids
+        return ids, choice.get("finish_reason"), usage["prompt_tokens"], usage_counts(usage)[0], not ids
 
     def generate(self, prompts, lengths, key_data, live, *, scfg, name: str):
         """Host callback of `RemoteLM.generate`: `[B, P]` left-padded prompts -> B*M rows."""
@@ -267,12 +273,13 @@ class RemoteHost:
             if not live[i]:
                 continue
             ids = prompts[i, width - int(lengths[i]):]
-            follow_up = self.chat and not self.backend.chat_prefill  # the rating comes in a new turn
-            body = self._body(ids, None, 16 if follow_up else 1, 0, greedy=True)
-            if self.chat:
-                body.update(logprobs=True, top_logprobs=min(k, 20))
-            else:
-                body.update(logprobs=k, return_tokens_as_token_ids=True)
+            follow_up = self.chat and not self.endpoint.continue_final  # the rating comes in a new turn
+            # without log-probabilities the digit must be written: room for hidden reasoning before it
+            budget = 16 if follow_up else 1
+            if not self.endpoint.logprobs:
+                budget = max(budget, self.backend.rating_max_tokens)
+            body = self._body(ids, None, budget, 0, greedy=True)
+            body.update(rating_fields(self.endpoint, self.chat, k))
             bodies.append(body)
             where.append(i)
         path, check = ("chat/completions", check_chat) if self.chat else ("completions", check_completion)
@@ -282,7 +289,8 @@ class RemoteHost:
             problem = i * self.problems // b
             self._count(problem, answer, name + ".rating_read")
             logits[i] = MISSING_LOGIT
-            top = self._top_logprobs(answer.body) if answer.ok else {}
+            top, written = self._top_logprobs(answer.body) if answer.ok else ({}, False)
+            self.stats[problem]["rating_written"] += written
             for tid, lp in top.items():
                 if 0 <= tid < self.vocab:
                     logits[i, tid] = lp
@@ -291,7 +299,8 @@ class RemoteHost:
         return logits
 
     def _top_logprobs(self, body: dict) -> dict:
-        """{token id: logprob} of the first generated token; from the text when none are given."""
+        """({token id: logprob} of the first generated token, whether it was read from the text:
+        the first digit the model wrote, when no log-probabilities came back)."""
         choice = body["choices"][0]
         lp = choice.get("logprobs") or {}
         found = {}
@@ -308,11 +317,12 @@ class RemoteHost:
                 if tid is not None and tid not in found:
                     found[tid] = float(value)
             text = choice.get("text") or ""
-        if not found:  # no logprobs (o-series): the digit the model wrote, if any
-            digit = re.match(r"\s*(\d)", text)
+        if not found:  # no logprobs (o-series, Gemini, transformers): the rating the model wrote, if any
+            digit = re.search(r"(\d)", text)
             if digit:
                 found[self.tok.encode(digit.group(1))[0]] = 0.0
-        return found
+                return found, True
+        return found, False
 
     def _token_id(self, token: str) -> Optional[int]:
         if token.startswith("token_id:"):
