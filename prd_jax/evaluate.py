@@ -120,8 +120,13 @@ def row_budgets(row: dict) -> dict:
 
 
 def summarize(rows: Iterable[dict]) -> list:
-    """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips; rows
-    whose remote request failed are counted (`failed`), not scored."""
+    """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips.
+
+    Operators are compared over the same problems: the scores and budgets are over the
+    problems every operator answered (no failed row: a remote request failed), `problems`
+    counts them, and `failed` counts each operator's failed rows (`problems_dropped`: the
+    problems left out). Remote runs add each operator's billed completion and hidden
+    reasoning tokens (`remote`)."""
     by_op = collections.defaultdict(lambda: collections.defaultdict(list))
     skipped = collections.Counter()
     failed = collections.defaultdict(list)
@@ -134,8 +139,12 @@ def summarize(rows: Iterable[dict]) -> list:
             continue
         by_op[row["operator"]][row["problem_id"]].append(row)
     table = []
-    for op in list(by_op) + [o for o in failed if o not in by_op]:
-        problems = by_op.get(op, {})
+    ops = list(by_op) + [o for o in failed if o not in by_op]
+    answered = [set(by_op.get(op, {})) - {r["problem_id"] for r in failed[op]} for op in ops]
+    common = set.intersection(*answered) if answered else set()
+    every = set().union(*(set(by_op.get(op, {})) | {r["problem_id"] for r in failed[op]} for op in ops))
+    for op in ops:
+        problems = {pid: rs for pid, rs in by_op.get(op, {}).items() if pid in common}
         per_problem = [np.mean([r["correct"] for r in rs]) for rs in problems.values()]
         all_rows = [r for rs in problems.values() for r in rs]
         k = max([len(rs) for rs in problems.values()] or [0])
@@ -153,9 +162,14 @@ def summarize(rows: Iterable[dict]) -> list:
             "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
             "judge_unparsed": int(sum(r.get("judge_unparsed", 0) for r in all_rows)),
             "skipped": skipped[op],
+            "failed": len(failed[op]), "problems_dropped": len(every - common),
         })
         if any("remote" in r for r in all_rows + failed[op]):
-            table[-1]["remote"] = for_eval.operator_counts(all_rows + failed[op])
+            mine = [r for rs in by_op.get(op, {}).values() for r in rs] + failed[op]
+            counts = for_eval.operator_counts(mine)
+            for k in ("completion_tokens", "reasoning_tokens"):  # every request billed, rating reads included
+                counts[k] = int(sum((r.get("remote") or {}).get(k, 0) for r in mine))
+            table[-1]["remote"] = counts
     return table
 
 
@@ -165,8 +179,14 @@ def markdown_table(table: list) -> str:
             "| no answer | truncations | judge unparsed | skipped |")
     lines = [head, "|" + "---|" * 13]
     remote = [t for t in table if "remote" in t]
+    dropped = max([t.get("problems_dropped", 0) for t in table] or [0])
+    if dropped:
+        lines[:0] = [f"mean@k, pass@k and budgets are over the {table[0]['problems']} problems every operator "
+                     f"answered; {dropped} problems with a failed row are left out (failed rows per operator "
+                     "beside mean@k).", ""]
     for t in table:
-        lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
+        failed = f" ({t['failed']} failed)" if t.get("failed") else ""
+        lines.append(f"| {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f}{failed} | "
                      f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} | {t['b_seq_io']:.0f} | "
                      f"{t['b_total_io']:.0f} | {t['parse_failures']} | {t['truncations']} | "
                      f"{t['judge_unparsed']} | {t['skipped']} |")
@@ -175,6 +195,12 @@ def markdown_table(table: list) -> str:
         lines += ["", "| operator | " + " | ".join(f"requests {n}" for n in names) + " |",
                   "|---|" + "---|" * len(names)]
         lines += [f"| {t['operator']} | " + " | ".join(str(t["remote"][n]) for n in names) + " |" for t in remote]
+        lines += ["", "| operator | completion tokens billed | hidden reasoning tokens | hidden reasoning share |",
+                  "|---|---|---|---|"]
+        for t in remote:
+            done, hidden = t["remote"]["completion_tokens"], t["remote"]["reasoning_tokens"]
+            share = f"{hidden / done:.3f}" if done else "n/a"
+            lines.append(f"| {t['operator']} | {done} | {hidden} | {share} |")
     return "\n".join(lines)
 
 
@@ -233,6 +259,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     if rows is None:  # the task is the one way data enters (issue 35 §1)
         rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
     backend = ec.backend
+    served = backend.model if backend.remote else ec.model  # what summary, plot and rows name
     if backend.remote:
         lm, tok = for_eval.eval_lm(ec, backend, workdir, progress and main)
     elif model is None:
@@ -294,7 +321,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 **{b: int(getattr(res, b)[i]) for b in BUDGETS},
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),
-                                "calls": _calls_rows(res.calls, i), "completion": text,
+                                "calls": _calls_rows(res.calls, i), "completion": text, "model": served,
                                 **for_eval.row_fields(remote.get(i, {}) if backend.remote else None)}) + "\n")
                     out.flush()
     bar.close()
@@ -303,9 +330,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)
-        fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {ec.model}\n\n{md}\n")
+        via = f" via {backend.base_url} ({backend.endpoint_row().name})" if backend.remote else ""
+        fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {served}{via}\n\n{md}\n")
         print(md)
-        pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({ec.model})")
+        pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({served})")
     return table
 
 

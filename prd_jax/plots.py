@@ -11,7 +11,9 @@ against mean B_seq and B_total (generated tokens: top row) and against their in 
   baseline curve;
 - a 95% interval on every point (`ci95`, half-width over problems);
 - the matched pairs of claims (`pairs`: (A, B) operator names) joined by a dotted grey line;
-- a legend (families, then checkpoints) instead of per-point labels.
+- a legend (families, then checkpoints) instead of per-point labels;
+- when remote rows failed, the title says over how many common problems the points are and
+  how many rows of each operator failed.
 Plain matplotlib (Agg); no JAX.
 """
 
@@ -95,7 +97,11 @@ def pareto_figure(table: list, title: str = "", pairs=()):
         handles.append(Line2D([], [], color="0.45", linestyle=":", label="claim pair (A vs B)"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.965))
-    fig.suptitle(title)
+    failed = {t["operator"]: t["failed"] for t in table if t.get("failed")}
+    if failed:  # the scores are over the problems every operator answered (`evaluate.summarize`)
+        title += (f"\nover the {table[0]['problems']} problems every operator answered; failed rows: "
+                  + ", ".join(f"{op} {n}" for op, n in failed.items()))
+    fig.suptitle(title, fontsize=10 if failed else None)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.88, hspace=0.3, wspace=0.2)
     return fig
 
