@@ -5,7 +5,9 @@ Each operator is traced (nothing runs) with an LM that records its calls. A call
 is R requests; its prompt tokens are bounded by R x the padded prompt width, its completion
 tokens by R x the call's budget (upper bounds, like the in-graph estimate). A tournament's
 judge batch is traced once and counts budget / W times (`aot.programs.eval_estimates`).
-Forced-rating reads are requests of one completion token. Cost = tokens x the config's
+Forced-rating reads are requests of one completion token (16 in a chat follow-up turn), or
+of `rating_max_tokens` on an endpoint without log-probabilities, where the model writes the
+rating (`backends.endpoints`). Cost = tokens x the config's
 `price_input_per_mtok` / `price_output_per_mtok` (USD per million tokens).
 """
 
@@ -36,8 +38,8 @@ class RemoteEstimate:
 class _RecordingLM:
     """Shapes only: records (name, rows, prompt width, budget) per call."""
 
-    def __init__(self, vocab: int):
-        self.vocab, self.calls = vocab, []
+    def __init__(self, vocab: int, rating_tokens: int = 1):
+        self.vocab, self.calls, self.rating_tokens = vocab, [], rating_tokens
 
     def generate(self, prompts, lengths, keys, scfg, fanout=True, name="model call", live=None):
         r = prompts.shape[0] * scfg.num_samples
@@ -47,7 +49,7 @@ class _RecordingLM:
                             z, z.astype(bool))
 
     def next_logits(self, prompts, lengths, name="model call", live=None):
-        self.calls.append((name + ".logits", prompts.shape[0], prompts.shape[1], 1))
+        self.calls.append((name + ".logits", prompts.shape[0], prompts.shape[1], self.rating_tokens))
         return jnp.zeros((prompts.shape[0], self.vocab))
 
 
@@ -56,8 +58,11 @@ def remote_estimates(config, tokenizer, backend, context_for) -> List[RemoteEsti
     b, width = config.batch_size, config.max_problem_tokens
     runs = -(-config.num_problems // b) * config.k_samples
     out = []
+    row = backend.endpoint_row()
+    rating = 16 if backend.api == "chat" and not row.continue_final else 1
+    rating = max(rating, backend.rating_max_tokens) if not row.logprobs else rating
     for spec in [build_spec(dict(e)) for e in config.operators]:
-        lm = _RecordingLM(tokenizer.vocab_size)
+        lm = _RecordingLM(tokenizer.vocab_size, rating)
         ctx = context_for(spec)
         problems = Problems(jax.ShapeDtypeStruct((b, width), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32),
                             jax.ShapeDtypeStruct((b, 64), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32))
