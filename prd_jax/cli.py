@@ -162,6 +162,39 @@ def _int_list(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 8,32") from None
 
 
+OVERRIDES_HELP = """\
+config:
+  --config FILE[:ARG]   a Python config file (get_config(arg)); ARG goes to get_config, e.g. the
+                        pod of a paper-scale config: configs/rl/qwen3_8b_pdr.py:v5p-128
+  --config.FIELD=VALUE  set a field, nested with dots. Any field the config declares can be set,
+                        listed in the file or not (RLConfig, EvalConfig, Sampling, BackendConfig,
+                        OptimConfig, ModelConfig under model.overrides, the data and loop fields;
+                        prd_jax/config_schema.py). VALUE is a Python literal (3, 0.5, True, None,
+                        "(8, 4, 1)") or text, converted to the field's type. An unknown field
+                        names the nearest ones; a value of the wrong type names the type.
+  --print-config        print the resolved config (file, overrides and every declared field's
+                        default) as JSON and exit, loading no model
+
+example:
+"""
+OVERRIDE_EXAMPLES = {  # each runs in tests/test_documented_commands.py
+    "eval": ["prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir runs/eval --config.num_problems=4 "
+             "--config.sampling.temperature=0.6"],
+    "train": ["prd-jax train --config configs/rl/tiny.py --workdir runs/rl_tiny "
+              "--config.model.init_workdir=runs/sft_tiny --config.rl.cispo_lower_clip=True",
+              "prd-jax train --config configs/sft/tiny.py --print-config --config.data.eval_split=validation"],
+    "compile": ["prd-jax compile --config configs/rl/gptoss20b_pairrl.py:8xh200 "
+                "--config.model.overrides.router_aux_loss_coef=0.01 --print-config"],
+    "demo": ["prd-jax demo --workdir runs/demo --config.adaptive.tau=0.5 --config.seed=1"],
+}
+
+
+def _config_help(command: str) -> dict:
+    """The parser keywords of a command that takes `--config.FIELD=VALUE` (its help epilog)."""
+    return dict(epilog=OVERRIDES_HELP + "".join(f"  {line}\n" for line in OVERRIDE_EXAMPLES[command]),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `prd-jax` parser: one subcommand per job; `--verbose` on each."""
     common = argparse.ArgumentParser(add_help=False)
@@ -174,18 +207,23 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kw)
 
     _add_generate_args(add("generate", help="decode completions from a model (greedy unless --temperature)"))
-    demo = add("demo", help="the main demo job: SFT -> RL / PDR-RL -> budget-matched eval (configs/demo.py)")
+    demo = add("demo", help="the main demo job: SFT -> RL / PDR-RL -> budget-matched eval (configs/demo.py)",
+               **_config_help("demo"))
     demo.add_argument("--workdir", default="demo_workdir", help="output directory (reruns resume)")
     demo.add_argument("--config", default=None, help="demo config (default configs/demo.py)")
     demo.add_argument("--no-progress", action="store_true")
-    ev = add("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)")
+    ev = add("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)", **_config_help("eval"))
     ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
-    ev.add_argument("--workdir", required=True, help="output directory (results.jsonl, summary.md, pareto.png)")
-    tr = add("train", help="SFT or RL per a config (resumes from the workdir)")
+    ev.add_argument("--workdir", default=None, help="output directory (results.jsonl, summary.md, pareto.png); required")
+    tr = add("train", help="SFT or RL per a config (resumes from the workdir)", **_config_help("train"))
     tr.add_argument("--config", required=True, help="config file, e.g. configs/rl/tiny.py")
-    tr.add_argument("--workdir", required=True, help="run directory (checkpoints, TensorBoard, metrics.jsonl)")
+    tr.add_argument("--workdir", default=None, help="run directory (checkpoints, TensorBoard, metrics.jsonl); required")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    co = add("compile", help="AOT-compile every program of a config for its pod; exit 1 if one does not fit")
+    co = add("compile", help="AOT-compile every program of a config for its pod; exit 1 if one does not fit",
+             **_config_help("compile"))
+    for p in (demo, ev, tr, co):
+        p.add_argument("--print-config", action="store_true",
+                       help="print the resolved config (defaults included) as JSON and exit; loads no model")
     co.add_argument("--config", required=True, help="config file[:ARG], e.g. configs/rl/qwen3_8b_pdr.py:v5p-128")
     co.add_argument("--topology", default=None,
                     help="override the config's target: CHIP:TOPOLOGY for TPUs (v5p:4x4x4, v5e:2x2) or GPU:COUNT "
@@ -227,6 +265,8 @@ def main(argv=None) -> None:
     `prd-jax COMMAND: error: ...` and exit with status 2 (`--verbose`: the traceback)."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("eval", "train") and args.workdir is None and not args.print_config:
+        _subparser(parser, args.command).error("the following arguments are required: --workdir")
     if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.verbose, progress=args.command != "generate")
@@ -242,16 +282,40 @@ def main(argv=None) -> None:
         sys.exit(EXIT_ERROR)
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+def print_config(args: argparse.Namespace, rest: list) -> None:
+    """`--print-config`: the config the command would run (file, overrides, the default of
+    every declared field; the demo's with its task presets filled), validated as the command
+    validates it, as JSON. Loads no model."""
+    from prd_jax import config_schema
+
+    if args.command == "demo":
+        from prd_jax.demo import CONFIGS, resolve
+
+        config = config_schema.load(args.config or os.path.join(CONFIGS, "demo.py"), rest, kind="demo")
+        config_schema.validate(config, "demo")
+        print(json.dumps(resolve(config).to_dict(), indent=2, sort_keys=True, default=repr))
+        return
+    config = config_schema.load(args.config, rest)
+    config_schema.validate(config)
+    print(config_schema.to_json(config))
+
+
 def _run(args: argparse.Namespace, rest: list) -> None:
     """Dispatch one command, importing only the modules it runs."""
-    if args.command == "generate":
+    if getattr(args, "print_config", False):
+        print_config(args, rest)
+    elif args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
         from prd_jax.config_io import apply_overrides, load_config
         from prd_jax.demo import CONFIGS, run_demo
 
         config = load_config(args.config or os.path.join(CONFIGS, "demo.py"))
-        config = apply_overrides(config, rest)
+        config = apply_overrides(config, rest, kind="demo")
         run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
         from prd_jax.backends.config import with_backend

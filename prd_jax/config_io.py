@@ -1,17 +1,18 @@
 """Load `ml_collections` config files (`get_config(arg)`) and apply `--config.x=v` overrides.
 
 docs/design.md principle 6: configs are Python files; `path.py:arg` passes `arg` to
-`get_config`. Override values are parsed as Python literals when possible and must keep
-the type of the field they replace.
+`get_config`. An override may set any field the config's schema declares
+(`prd_jax.config_schema`), listed in the file or not; its value is converted to the
+declared type (Python literals are parsed; a string field takes the text as written).
 """
 
 from __future__ import annotations
 
-import ast
+import difflib
 import importlib.util
 import json
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 from prd_jax import fileio
 from prd_jax.host import is_main
@@ -62,38 +63,87 @@ def load_config(spec: str):
     return module.get_config(arg or None)
 
 
-def apply_overrides(config, overrides: Sequence[str]):
-    """Apply `--config.a.b=value` strings in order; unknown fields raise naming the field."""
+def apply_overrides(config, overrides: Sequence[str], kind: Optional[str] = None):
+    """Apply `--config.a.b=value` strings in order. Any field the config's schema declares
+    (`config_schema.declared`; `kind` as there) can be set, whether or not the file lists it:
+    an absent one is inserted, converted to its declared type; a field the file lists but no
+    schema declares keeps its value's type. Unknown fields raise naming the nearest valid
+    names; a value of the wrong type raises naming the type expected."""
+    from prd_jax import config_schema
+
     for item in overrides:
         if not item.startswith(PREFIX) or "=" not in item:
             raise ValueError(f"override {item!r}: expected --config.FIELD=VALUE")
         dotted, raw = item[len(PREFIX):].split("=", 1)
         if dotted in MOVED:
             raise ValueError(f"override {item!r}: " + moved(dotted, MOVED[dotted]))
-        *parents, leaf = dotted.split(".")
-        node = config
-        for name in parents:
-            if name not in node:
-                raise ValueError(f"override {item!r}: config has no field {name!r}")
-            node = node[name]
-        if leaf not in node:
-            raise ValueError(f"override {item!r}: config has no field {dotted!r}; fields: {sorted(node.keys())}")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        current = node[leaf]
-        if isinstance(current, bool) and not isinstance(value, bool):
-            raise ValueError(f"--config.{dotted}: expected True/False, got {raw!r}")
-        if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(current, str) and not isinstance(value, str):
-            value = raw
-        if current is not None and type(value) is not type(current) and not (
-                isinstance(current, (list, tuple)) and isinstance(value, (list, tuple))):
-            raise ValueError(f"--config.{dotted}={raw!r}: expected {type(current).__name__}")
+        schema = config_schema.declared(config, kind)
+        field = schema.get(dotted)
+        node = _parent(config, dotted, field is not None, schema)
+        *_, leaf = dotted.split(".")
+        present = node is not None and leaf in node.keys()
+        if field is not None:
+            value = config_schema.convert(dotted, raw, field.type, field.source)
+        elif present:
+            value = _like(dotted, raw, node[leaf])
+        else:
+            raise ValueError(unknown_field(config, dotted, schema))
+        if present and value is not None and node[leaf] is not None and type(node[leaf]) is not type(value):
+            del node[leaf]  # a file value of another type (an int where a float is declared)
         node[leaf] = value
     return config
+
+
+def _parent(config, dotted: str, declared: bool, schema: dict):
+    """The node that holds `dotted`'s leaf; a declared field's missing (or None) parents are
+    created. None when an undeclared path's parent is absent."""
+    import ml_collections
+
+    *parents, _ = dotted.split(".")
+    node = config
+    for i, name in enumerate(parents):
+        child = node[name] if name in node.keys() else None
+        if not hasattr(child, "keys"):
+            if not declared:
+                return None
+            if child is not None:
+                raise ValueError(f"--config.{dotted}: config.{'.'.join(parents[:i + 1])} is {child!r}, "
+                                 "not a sub-config")
+            child = ml_collections.ConfigDict()
+            node[name] = child
+        node = child
+    return node
+
+
+def _like(dotted: str, raw: str, current):
+    """`raw` parsed as a value of `current`'s type (a field no schema declares)."""
+    from prd_jax import config_schema
+
+    if current is None:
+        return config_schema.literal(raw)
+    tp = tuple if isinstance(current, (list, tuple)) else type(current)
+    return config_schema.convert(dotted, raw, tp, "the config file")
+
+
+def unknown_field(config, dotted: str, schema: dict) -> str:
+    """One line: `dotted` is no field; the nearest valid names (difflib)."""
+    from prd_jax import config_schema
+
+    names = sorted(set(schema) | set(config_schema.leaves(config)))
+    parent, _, leaf = dotted.rpartition(".")
+    siblings = {n.rpartition(".")[2]: n for n in names if n.rpartition(".")[0] == parent}
+    close = [siblings[s] for s in difflib.get_close_matches(leaf, list(siblings), n=3, cutoff=0.6)]
+    close = close or difflib.get_close_matches(dotted, names, n=3, cutoff=0.7)
+    if close:
+        hint = f"nearest: {', '.join('config.' + n for n in close)}"
+    else:  # the fields of the deepest sub-config the path names
+        parts = dotted.split(".")[:-1]
+        while parts and not any(n.startswith(".".join(parts) + ".") for n in names):
+            parts.pop()
+        prefix = ".".join(parts) + "." if parts else ""
+        fields = sorted({n[len(prefix):].split(".")[0] for n in names if n.startswith(prefix)})
+        hint = f"fields of config{'.' + prefix[:-1] if prefix else ''}: {', '.join(fields)}"
+    return f"--config.{dotted}: config has no field {dotted!r}; {hint} (--print-config lists every field)"
 
 
 def save_config(config, workdir: str) -> None:

@@ -69,11 +69,16 @@ def resolve(demo) -> ml_collections.ConfigDict:
     if demo.task not in PRESETS:
         raise ValueError(f"config.task={demo.task!r}; the demo runs {sorted(PRESETS)}")
     out = demo.to_dict()
+    # adaptive PDR's fields are set one by one (--config.adaptive.tau=0.5): each field given
+    # wins over the quick version's, which wins over the task's preset
+    given = {k: v for k, v in dict(out.get("adaptive") or {}).items() if v is not None}
     if demo.quick:
         out.update(demo.quick_overrides.to_dict())
+    base = dict(out["adaptive"] if demo.quick and out.get("adaptive") else PRESETS[demo.task]["adaptive"])
     for key, value in PRESETS[demo.task].items():
         if out.get(key) is None:
             out[key] = value
+    out["adaptive"] = {**base, **given}
     out["difficulty"], out["long_cot_budgets"] = tuple(out["difficulty"]), tuple(out["long_cot_budgets"])
     if len(out["long_cot_budgets"]) < 3:
         raise ValueError(f"config.long_cot_budgets={out['long_cot_budgets']}; give at least 3 budgets")

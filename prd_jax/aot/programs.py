@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
+from prd_jax.config_schema import default
 from prd_jax.eval_config import EvalConfig
 from prd_jax.evaluate import _context, build_spec, eval_sampling
 from prd_jax.mesh import batch_size_multiple
@@ -197,7 +198,7 @@ def call_programs(cfg: ModelConfig, mesh, calls: List[SamplerCall], chip, pad_id
 def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1,
                   minibatches: int = 1) -> Program:
     """The accumulated optimizer step exactly as `trainer.fit` compiles it (donated state)."""
-    accum = config.get("grad_accum_steps", 1)
+    accum = config.get("grad_accum_steps", default("grad_accum_steps"))
     rows, width = next(iter(abstract_batch.values())).shape[:2]
     if rows % accum:
         raise ValueError(f"config.grad_accum_steps={accum} does not divide the {rows} rows of a step")

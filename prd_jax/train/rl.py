@@ -29,6 +29,7 @@ import numpy as np
 
 from prd_jax import prompts as P
 from prd_jax.config_io import MOVED, check_moved
+from prd_jax.config_schema import default
 from prd_jax.host import to_host
 from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
@@ -336,7 +337,7 @@ class RLStage:
         self.num_standard = rl.prompts_per_step - self.num_operator
         if rl.verifier != "none" and self.num_standard == 0:
             raise ValueError("config.rl.verifier needs standard rollouts: operator_fraction must be < 1")
-        accum = config.get("grad_accum_steps", 1)
+        accum = config.get("grad_accum_steps", default("grad_accum_steps"))
         if accum % rl.minibatches:
             raise ValueError(f"config.rl.minibatches={rl.minibatches} must divide config.grad_accum_steps={accum} "
                              "(a mini-batch is a whole number of microbatches)")

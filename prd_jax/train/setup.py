@@ -51,6 +51,7 @@ from typing import Any, Optional
 import jax
 
 from prd_jax import fileio, prompts
+from prd_jax.config_schema import default
 from prd_jax.checkpoint import latest_params
 from prd_jax.data import chat_traces, preimage, seqio_rows, sft, synthetic
 from prd_jax.host import on_main
@@ -107,6 +108,38 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
     return cfg, params, tokenizer
 
 
+def check_config(config) -> None:
+    """Validate a training config as `prd-jax train` reads it, loading no model and no data:
+    stage, init, tokenizer, the task's name, `ModelConfig` (named model + overrides),
+    `OptimConfig` and, for RL, `RLConfig`. Raises ValueError naming the field."""
+    from prd_jax.train.optim import OptimConfig
+    from prd_jax.train.rl import RLConfig
+    from prd_jax.train.run import STAGES
+    from prd_jax.tasks import task_for_config
+
+    if config.get("stage") not in STAGES:
+        raise ValueError(f"config.stage={config.get('stage')!r}; allowed: {STAGES}")
+    if config.model.get("init") not in INITS:
+        raise ValueError(f"config.model.init={config.model.get('init')!r}; allowed: {INITS}")
+    if config.get("tokenizer") not in TOKENIZERS:
+        raise ValueError(f"config.tokenizer={config.get('tokenizer')!r}; allowed: {TOKENIZERS}")
+    if config.model.name in NAMED_CONFIGS:
+        try:
+            NAMED_CONFIGS[config.model.name].replace(**_overrides(config))
+        except TypeError as e:  # an override that is no ModelConfig field
+            raise ValueError(f"config.model.overrides: {e}") from None
+    elif config.model.init != "pretrained" or not config.model.get("path"):
+        raise ValueError(f"config.model.name={config.model.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
+    optim = config.optim.to_dict() if hasattr(config.optim, "to_dict") else dict(config.optim)
+    try:
+        OptimConfig(**optim)
+    except TypeError as e:
+        raise ValueError(f"config.optim: {e}") from None
+    task_for_config(config)
+    if config.stage == "rl":
+        RLConfig.from_config(config)
+
+
 def model_tokenizer(name: str, path: Optional[str]):
     """The tokenizer of a named/local model without loading its weights."""
     if path is None and name == "smollm2-135m":
@@ -160,8 +193,7 @@ def _trace_settings(data, family: str) -> dict:
     """The `synthetic.sft_traces` keywords of `data`; the "preimage" family adds its draft knobs
     (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate, drafts, ranking)
     where set."""
-    out = {"pdr_fraction": data.pdr_fraction, "pdr_k": data.pdr_k,
-           "sr_fraction": data.get("sr_fraction", 0.0), "judge_fraction": data.get("judge_fraction", 0.0)}
+    out = {k: data.get(k, default(f"data.{k}")) for k in ("pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction")}
     if family == preimage.FAMILY:
         out.update({k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None})
     return out
@@ -177,7 +209,7 @@ def synthetic_sft_task(config, templates: str, family: str) -> str:
     `inputs`/`targets` (`data.synthetic.sft_split_rows`)."""
     data = config.data
     settings = {"seed": int(config.seed), "num_train": int(data.num_train),
-                "num_eval": int(data.get("num_eval", 0)), "difficulty": list(data.difficulty),
+                "num_eval": int(data.get("num_eval", default("data.num_eval"))), "difficulty": list(data.difficulty),
                 "family": family, "templates": templates, **_trace_settings(data, family)}
     name = f"prd_synthetic_sft_{_digest(settings)}"
     return synthetic.register_sft_task(name, settings["seed"], settings["num_train"], settings["num_eval"],
@@ -212,16 +244,18 @@ def sft_task(config) -> tuple[str, str, Optional[str]]:
     data = config.data
     if data.get("mixture"):
         SeqioData(data.mixture, data.get("module") or "").import_modules("config.data.module")
-        name, split, eval_split = data.mixture, data.get("split") or "train", data.get("eval_split", "validation")
+        name, split = data.mixture, data.get("split") or default("data.split")
+        eval_split = data.get("eval_split", default("data.eval_split"))
     elif data.get("path"):
-        name = chat_traces.register_chat_text_task(data.path, validation_fraction=data.get("validation_fraction", 0.05))
+        name = chat_traces.register_chat_text_task(
+            data.path, validation_fraction=data.get("validation_fraction", default("data.validation_fraction")))
         split, eval_split = "train", "validation"
     else:
         task = training_task(config)
         if not isinstance(task, DrawnTask):
             raise ValueError(f"config.task={task.name!r}: its SFT rows come from the task itself (sft_examples), "
                              "not from a seqio task")
-        templates = data.get("templates", "default")
+        templates = data.get("templates", default("data.templates"))
         if templates not in prompts.TEMPLATE_SETS:
             raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(prompts.TEMPLATE_SETS)}")
         name, split, eval_split = synthetic_sft_task(config, templates, task.family), "train", "validation"
@@ -251,7 +285,7 @@ def _task_sft_examples(config, tokenizer, task) -> tuple[list, list]:
     """(train, held-out) examples of a non-synthetic `config.task`'s own rows (`task_sft_rows`)."""
     data = config.data
     data_dir = data.get("data_dir") or None
-    split, eval_split = data.get("split") or "train", data.get("eval_split", "validation")
+    split, eval_split = data.get("split") or default("data.split"), data.get("eval_split", default("data.eval_split"))
     train = task.problems(split, limit=data.get("num_train") or None, data_dir=data_dir)
     held = []
     if eval_split and task.source is not None and eval_split in task.source.split_names:
@@ -292,7 +326,10 @@ def rl_problems(config, task=None) -> list:
     at most `data.num_train` rows when that is > 0, from `data.data_dir`."""
     task = training_task(config) if task is None else task
     data = config.get("data") or {}
-    split = (data.get("split") if data.get("mixture") else config.get("task_split")) or "train"
+    if data.get("mixture"):
+        split = data.get("split") or default("data.split")
+    else:
+        split = config.get("task_split") or default("task_split")
     rows = task.problems(split, limit=data.get("num_train") or None, data_dir=data.get("data_dir") or None)
     for i, row in enumerate(rows[:1]):
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from prd_jax.config_schema import default
 from prd_jax.data.sft import SFTBatches, pad
 from prd_jax.train import router_aux
 from prd_jax.train.chunked_xent import chunked_weighted_nll
@@ -47,7 +48,7 @@ class SFTStage:
         train, held_out = sft_examples(config, tokenizer)
         data = config.data
         self.batches = SFTBatches(train, seq_len=data.seq_len, batch_size=config.batch_size, seed=config.seed,
-                                  mode=data.get("mode", "pack"), pad_id=tokenizer.pad_id)
+                                  mode=data.get("mode", default("data.mode")), pad_id=tokenizer.pad_id)
         self.eval_batches = pad(held_out, data.seq_len, config.batch_size, pad_id=tokenizer.pad_id)[0] if held_out else []
         self.counts = self.batches.counts
 

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from prd_jax import fileio
 from prd_jax.checkpoint import Checkpointer
 from prd_jax.config_io import save_config
+from prd_jax.config_schema import default
 from prd_jax.host import is_main, to_host
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
@@ -152,7 +153,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
         ckpt.close()
         log.info("%s is already at step %d >= config.steps=%d", workdir, step, config.steps)
         return dict(meta.get("metrics") or {})
-    accum = config.get("grad_accum_steps", 1)
+    accum = config.get("grad_accum_steps", default("grad_accum_steps"))
     step_fn = functools.partial(train_step, loss_fn=stage.loss_fn(), optimizer=optimizer, schedule=schedule)
     step_fn = minibatch_updates(step_fn, getattr(stage, "minibatches", 1), getattr(stage, "updates_per_batch", 1))
     abstract_batch = jax.tree.map(
@@ -166,7 +167,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
         lambda: (holder["step"], as_tree(holder["state"]), {"data": stage.data_state()}))
     metrics_log = MetricsLog(workdir, step, config.steps, progress)
     metrics: dict = {}
-    bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", 5)
+    bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", default("max_nonfinite_steps"))
     try:
         while step < config.steps:
             t_data = time.perf_counter()
