@@ -552,7 +552,7 @@ def run_tokenizer(run: dict, cfg: ModelConfig):
     """The tokenizer a training run used: `CharVocab` for tokenizer="char", else its model's."""
     m = run.get("model") or {}
     if run.get("tokenizer", "model") == "char":
-        return CharVocab()
+        return for_model(CharVocab(), cfg)  # refuses a thinking switch: the char format has none
     path = m.get("path") or None
     if path is None and m.get("name") == "smollm2-135m":
         path = smollm2_gguf_path()

@@ -1,4 +1,4 @@
-"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect`, `compile`, `serve` and `demo`.
+"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect`, `compile`, `serve`, `export` and `demo`.
 
     prd-jax generate --model smollm2-135m --prompt "What is 7*8?" --chat --max-new-tokens 64
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
@@ -6,7 +6,9 @@
     prd-jax inspect --workdir /tmp/sft_tiny [--json]
     prd-jax compile --config configs/rl/qwen3_8b_pdr.py:v5p-128 [--topology v5p:4x4x4 | h200:8] [--json]
     prd-jax serve --model smollm2-135m [--path DIR | --workdir W] [--host 127.0.0.1] [--port 8000]
+    prd-jax export --workdir /tmp/sft_tiny --out /tmp/sft_tiny_hf [--step N] [--dtype bfloat16]
     prd-jax demo
+    prd-jax data get gsm8k math500 [--all] [--dir D] [--split train]   # or: prd-jax data list [--json]
 
 Commands are quiet: library INFO logs (absl / orbax / jax) are hidden, warnings, our own
 progress and results are shown; `generate` prints the completion alone. `--verbose` (after
@@ -34,10 +36,11 @@ EXIT_ERROR = 2  # a usage, config or path error (argparse's status for usage err
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
                ModuleNotFoundError)
 DEFAULT_PROMPT = "What is 7*8?"
+MODEL_HELP = "named model (see prd_jax.model.NAMED_CONFIGS); default: the family and shape of --path, else smollm2-135m"
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="named model (see prd_jax.model.NAMED_CONFIGS)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("--path", default=None, help="local .gguf file or HF directory (config.json + safetensors)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default {DEFAULT_PROMPT!r})")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
@@ -77,7 +80,7 @@ def run_generate(args: argparse.Namespace) -> dict:
     model = load_model(args.model, args.path, mesh, args.dtype)
     tok = model.tokenizer
     if tok is None:
-        raise SystemExit(f"model {args.model!r} has no tokenizer (tokenizer.json missing in {args.path})")
+        raise SystemExit(f"model {args.model or args.path!r} has no tokenizer (tokenizer.json missing in {args.path})")
     if args.chat:
         prompt_ids = tok.encode_chat([{"role": "user", "content": args.prompt}])
     else:
@@ -236,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="eval configs: also compile each operator's whole program (slow; its calls are always compiled)")
     co.add_argument("--json", action="store_true", help="last line: one JSON object")
     sv = add("serve", help="serve a model or checkpoint behind the OpenAI API (/v1/completions, /v1/chat/completions)")
-    sv.add_argument("--model", default="smollm2-135m", help="named model (see prd_jax.model.NAMED_CONFIGS)")
+    sv.add_argument("--model", default=None, help=MODEL_HELP)
     sv.add_argument("--path", default=None, help="local .gguf file or HF directory")
     sv.add_argument("--workdir", default=None, help="a training workdir: serve its latest checkpoint")
     sv.add_argument("--host", default="127.0.0.1")
@@ -254,10 +257,32 @@ def build_parser() -> argparse.ArgumentParser:
                     help="> 0: before /health is ready, compile every program that requests of up to this many "
                          "new tokens on prompts within the buckets meet (at temperature / top-p / top-k off)")
     sv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ex = add("export", help="write a Hugging Face directory (safetensors, config, tokenizer, generation_config)")
+    ex.add_argument("--out", required=True, help="output directory")
+    ex.add_argument("--workdir", default=None, help="a training workdir (default: its newest readable step)")
+    ex.add_argument("--step", type=int, default=None, help="with --workdir: this checkpoint step")
+    ex.add_argument("--model", default=None, help="without --workdir: a named model (default smollm2-135m, embedded)")
+    ex.add_argument("--path", default=None, help="without --workdir: a .gguf file or HF directory")
+    ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)
     ins.add_argument("--json", action="store_true", help="print one JSON object (`step` = `latest_step`)")
+    _add_data_args(sub.add_parser("data", help="fetch the built-in benchmarks (`data get`) or list them (`data list`)"),
+                   common)
     return parser
+
+
+def _add_data_args(data: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """`prd-jax data get NAME... | --all [--dir D] [--split S]` and `prd-jax data list [--dir D] [--json]`."""
+    actions = data.add_subparsers(dest="data_action", required=True)
+    get = actions.add_parser("get", parents=[common], help="download, verify and write benchmarks (docs/data.md)")
+    get.add_argument("names", nargs="*", help="benchmarks (prd_jax.data.catalog), e.g. gsm8k math500")
+    get.add_argument("--all", action="store_true", help="every built-in benchmark")
+    get.add_argument("--split", action="append", default=None, help="only this split (repeatable), e.g. train")
+    get.add_argument("--dir", default=None, help="data dir (default: $PRD_DATA_DIR, else the user data dir)")
+    ls = actions.add_parser("list", parents=[common], help="source, revision, rows, licence and presence of each")
+    ls.add_argument("--dir", default=None, help="data dir (default: $PRD_DATA_DIR, else the user data dir)")
+    ls.add_argument("--json", action="store_true", help="one JSON list")
 
 
 def main(argv=None) -> None:
@@ -270,7 +295,7 @@ def main(argv=None) -> None:
     if rest and args.command not in ("eval", "train", "demo", "compile"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.verbose, progress=args.command != "generate")
-    if args.command != "compile":
+    if args.command not in ("compile", "data"):
         cpu_or_gpu_host_platforms()
     try:
         _run(args, rest)
@@ -334,6 +359,15 @@ def _run(args: argparse.Namespace, rest: list) -> None:
         run_inspect(args)
     elif args.command == "compile":
         sys.exit(run_compile(args, rest))
+    elif args.command == "export":
+        from prd_jax.export import export_model, summary
+
+        print(summary(export_model(args.out, workdir=args.workdir, step=args.step, model=args.model, path=args.path,
+                                   dtype=args.dtype)))
+    elif args.command == "data":
+        from prd_jax.data import download
+
+        download.main(args)
     elif args.command == "serve":
         from prd_jax.serve.app import serve
 

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Optional
 
 from prd_jax.backends.config import BackendConfig
+from prd_jax.checkpoint import parse_checkpoint
 from prd_jax.config_io import check_moved
 from prd_jax.model.config import REASONING_EFFORTS
 from prd_jax.prompts import template_set
@@ -34,7 +35,10 @@ class EvalConfig:
     - `templates`: a prompt set name ("" = the task's); `mesh` ("" = one device, or all
       devices on `data` on several processes); `target`: the `prd-jax compile` topology;
     - `sampling`: how every operator call samples (`config.sampling`);
-    - `backend`: in-graph (default) or a remote server (`config.backend`).
+    - `backend`: in-graph (default) or a remote server (`config.backend`);
+    - `checkpoint`: "WORKDIR" or "WORKDIR@STEP" of a `prd-jax train` run: evaluate its policy
+      in-graph with the run's own model and tokenizer (`checkpoint.load_workdir`; no @STEP: its
+      newest saved step) instead of `model`; the workdir and step are recorded in the settings.
     """
 
     model: str
@@ -57,6 +61,7 @@ class EvalConfig:
     target: str = ""
     sampling: Sampling = Sampling()
     backend: BackendConfig = BackendConfig()
+    checkpoint: str = ""
 
     def __post_init__(self):
         for f in ("num_problems", "batch_size", "max_problem_tokens", "k_samples"):
@@ -66,7 +71,7 @@ class EvalConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"config.seed={self.seed!r}; must be an integer (there is no default seed)")
         for f in ("model", "model_path", "dtype", "task", "dataset", "split", "data_dir", "templates", "mesh",
-                  "target"):
+                  "target", "checkpoint"):
             if not isinstance(getattr(self, f), str):
                 raise ValueError(f"config.{f}={getattr(self, f)!r}; must be a string")
         if not self.model:
@@ -89,6 +94,12 @@ class EvalConfig:
         self.sampling.check_in_graph()
         if not isinstance(self.backend, BackendConfig):
             object.__setattr__(self, "backend", BackendConfig.from_config(self.backend))
+        if self.checkpoint:
+            parse_checkpoint(self.checkpoint, "config.checkpoint")
+            if self.backend.remote:
+                raise ValueError(f"config.checkpoint={self.checkpoint!r} evaluates in-graph; with config.backend.kind="
+                                 f"{self.backend.kind!r} serve the workdir instead (prd-jax serve --workdir W) or "
+                                 "leave config.checkpoint empty")
 
     def settings(self) -> dict:
         """What a workdir's result rows depend on beyond their (problem, operator, sample) key
@@ -125,7 +136,8 @@ class EvalConfig:
                    if f.default is dataclasses.MISSING and f.name not in raw]
         if missing:
             raise ValueError(f"eval config: missing keys {missing} (each is required)")
-        for f in ("model_path", "dtype", "task", "dataset", "split", "data_dir", "templates", "mesh", "target"):
+        for f in ("model_path", "dtype", "task", "dataset", "split", "data_dir", "templates", "mesh", "target",
+                  "checkpoint"):
             if raw.get(f) is None and f in raw:
                 raw[f] = ""  # None and "" both mean unset
         raw["operators"] = tuple(dict(e) for e in raw["operators"])

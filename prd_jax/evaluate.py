@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from prd_jax import fileio
 from prd_jax.backends import for_eval
+from prd_jax.checkpoint import load_workdir, resolve_checkpoint
 from prd_jax.config_io import save_config
 from prd_jax.eval_config import EvalConfig
 from prd_jax.host import is_main, on_main, to_host
@@ -40,7 +41,7 @@ from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts, encode_problems, make_context, run_operator
 from prd_jax.sampling import Sampling
 from prd_jax.prompts import template_set
-from prd_jax.tasks import get_task, task_for_config
+from prd_jax.tasks import get_task, require_data, task_for_config
 from prd_jax.tasks.grading import TaskGrader, TaskGrouper
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,16 @@ def eval_sampling(ec: EvalConfig, stop_ids) -> Sampling:
     return dataclasses.replace(ec.sampling, stop_ids=tuple(stop_ids))
 
 
-def check_settings(ec: EvalConfig, workdir: str) -> None:
+def check_settings(ec: EvalConfig, workdir: str, checkpoint: str = "") -> None:
     """Resume only under the settings the workdir's rows were made with (`settings.json`).
 
     Result rows are keyed by (problem, operator, sample); sampling settings are not in that
     key, so a rerun with, say, another temperature must not reuse them. Raises naming the
-    fields that differ (on every process; process 0 reads or writes the file)."""
+    fields that differ (on every process; process 0 reads or writes the file). `checkpoint`
+    ("WORKDIR@STEP", resolved) is recorded, so rows of another checkpoint are not reused."""
     now = ec.settings()
+    if checkpoint:
+        now["checkpoint"] = checkpoint
     if ec.backend.remote:  # in-graph rows keep their old settings.json (no "backend" key)
         now["backend"] = ec.backend.settings()
     path = os.path.join(workdir, "settings.json")
@@ -247,13 +251,16 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     ec = EvalConfig.from_config(config)
     templates = ec.templates or task.templates
     template_set(templates)  # an unknown set fails before any work
+    if rows is None:  # a built-in benchmark not yet fetched: one line naming `prd-jax data get`
+        require_data(task, ec.split or None, ec.data_dir or None)
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
 
         init_distributed()
     main = is_main()
+    ckpt = resolve_checkpoint(ec.checkpoint) if ec.checkpoint and model is None else None  # (workdir, step)
     if main:
         fileio.makedirs(workdir)
-    check_settings(ec, workdir)
+    check_settings(ec, workdir, "@".join(map(str, ckpt)) if ckpt else "")
     save_config(config, workdir)
     specs = [build_spec(dict(e)) for e in ec.operators]
     if rows is None:  # the task is the one way data enters (issue 35 §1)
@@ -265,7 +272,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     elif model is None:
         # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
         mesh = make_mesh(ec.mesh or None) if ec.mesh or jax.process_count() > 1 else None
-        model = load(ec.model, ec.model_path or None, mesh=mesh, **ec.model_overrides())
+        model = (load_workdir(*ckpt, mesh=mesh, **ec.model_overrides()) if ckpt else
+                 load(ec.model, ec.model_path or None, mesh=mesh, **ec.model_overrides()))
     if not backend.remote:
         tok = model.tokenizer
         lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, ec.sampling.max_rows)

@@ -212,5 +212,5 @@ def test_serve_loads_a_training_workdirs_latest_checkpoint(tmp_path):
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(trained)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     (workdir / "config.json").write_text(json.dumps({"model": {"name": NAME}, "tokenizer": "char"}))
-    with pytest.raises(ValueError, match="char vocabulary"):
-        load_for_serving(NAME, None, str(workdir))
+    tok = load_for_serving(NAME, None, str(workdir))[2]  # a char-vocabulary run (tests/test_checkpoint_eval.py)
+    assert tok.encode("a<|user|>") == [6 + tok.chars.index("a"), 4] and tok.stop_ids == (1, 4)

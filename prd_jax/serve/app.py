@@ -13,13 +13,12 @@ choice, the stop token included (what the in-graph budgets count).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import os
 import signal
 import time
 from typing import List
 
-import jax
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,7 +26,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from prd_jax import fileio
-from prd_jax.checkpoint import latest_params
+from prd_jax.checkpoint import load_workdir
+from prd_jax.data.synthetic import CharVocab
 from prd_jax.model import load
 from prd_jax.serve import protocol as P
 from prd_jax.serve.engine import Engine, Row
@@ -151,32 +151,41 @@ def build_app(engine: Engine, served_name: str) -> Starlette:
     return Starlette(routes=routes)
 
 
-def load_for_serving(model: str, path, workdir, dtype: str = "float32"):
-    """(cfg, params, tokenizer, name) for `--model/--path` or a training `--workdir` (its latest
-    checkpoint over the model its config.json names)."""
+class ServedCharVocab(CharVocab):
+    """The char vocabulary of a from-scratch run, served: chats render in its fixed chat format
+    (`CharVocab.apply_chat_template`, the format its SFT data used); it has no template
+    variables, so a request's `chat_template_kwargs` is refused with a 400 naming it."""
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, **template_vars):
+        if template_vars:
+            raise P.RequestError(400, f"chat_template_kwargs {sorted(template_vars)}: this model uses the synthetic "
+                                      "char vocabulary, whose fixed chat format takes no template variables; "
+                                      "allowed: none", "chat_template_kwargs")
+        return super().apply_chat_template(messages, add_generation_prompt)
+
+
+def load_for_serving(model, path, workdir, dtype: str = "float32"):
+    """(cfg, params, tokenizer, name) for `--model/--path` (`--model` None: from --path, else
+    smollm2-135m) or a training `--workdir` (its newest readable checkpoint over the model and
+    tokenizer its config.json names: `checkpoint.load_workdir`, char-vocabulary runs included,
+    served as `ServedCharVocab`)."""
     if workdir:
-        cfg_path = f"{workdir.rstrip('/')}/config.json"
-        if not fileio.exists(cfg_path):
-            raise FileNotFoundError(f"--workdir {workdir}: no config.json (is it a training workdir?)")
-        run = json.loads(fileio.read_text(cfg_path))
-        m = run.get("model") or {}
-        if run.get("tokenizer") == "char":
-            raise ValueError(f"--workdir {workdir}: its model uses the synthetic char vocabulary, which has no chat "
-                             "template or text tokenizer to serve; allowed: runs with tokenizer='model'")
-        loaded = load(m.get("name", model), m.get("path") or None, dtype=dtype, **(m.get("overrides") or {}))
-        step, host = latest_params(workdir)
-        log.info("serving %s step %d", workdir, step)
-        params = jax.tree.map(lambda a, b: jax.numpy.asarray(b, a.dtype), loaded.params, host)
-        return loaded.cfg, params, loaded.tokenizer, f"{m.get('name', model)}@{step}"
+        loaded = load_workdir(workdir, dtype=dtype)
+        step = loaded.source.rsplit("@", 1)[1]
+        run_model = (fileio.read_json(f"{workdir.rstrip('/')}/config.json").get("model") or {}).get("name") or "model"
+        log.info("serving %s", loaded.source)
+        tok = ServedCharVocab(loaded.tokenizer.chars) if isinstance(loaded.tokenizer, CharVocab) else loaded.tokenizer
+        return loaded.cfg, loaded.params, tok, f"{run_model}@{step}"
     loaded = load(model, path, dtype=dtype)
-    return loaded.cfg, loaded.params, loaded.tokenizer, model
+    return loaded.cfg, loaded.params, loaded.tokenizer, model or (os.path.basename(os.path.normpath(path)) if path
+                                                                  else "smollm2-135m")
 
 
 def serve(args) -> None:
     """Load, start the engine (it compiles its first program), run uvicorn until SIGTERM."""
     cfg, params, tok, name = load_for_serving(args.model, args.path, args.workdir, args.dtype)
     if tok is None:
-        raise ValueError(f"model {args.model!r} has no tokenizer to serve (tokenizer.json missing)")
+        raise ValueError(f"model {args.model or args.path!r} has no tokenizer to serve (tokenizer.json missing)")
     engine = Engine(cfg, params, tok, max_rows=args.max_batch_rows, wait_s=args.batch_wait_ms / 1000,
                     prompt_buckets=args.prompt_buckets, warmup_max_tokens=args.warmup_max_tokens,
                     decode_chunk=args.decode_chunk)
