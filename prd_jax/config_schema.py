@@ -11,7 +11,8 @@ raw reads of the training code. It is derived from the typed configs wherever on
   (`RLConfig`), `rl.operator.*` (the spec of the operator `rl.operator.type` names) and
   `sampling.*`. SFT trace fractions come from `data.synthetic.sft_traces`' keywords and the
   preimage draft knobs from `data.preimage.TRACE_DEFAULTS`;
-- the demo config: its own fields, typed by `demo.PRESETS`, and `adaptive.*` (`AdaptivePDR`).
+- the demo config (`configs/demo.py`): the file's own fields, typed by their values or, where
+  None (the task's preset), by `demo.PRESETS`; and `adaptive.*`, typed by `AdaptivePDR`.
 
 A field the config file leaves out can still be set: it is inserted, converted to its
 declared type. The training code reads the table's fields through `default(path)`, so the
@@ -115,7 +116,10 @@ def train_fields() -> dict:
 
 
 def kind_of(config) -> Optional[str]:
-    """"eval" (a config with `operators`), "train" (with `stage`), else None."""
+    """"demo" (a config with `quick_overrides`, as configs/demo.py), "eval" (with
+    `operators`), "train" (with `stage`), else None."""
+    if "quick_overrides" in config:
+        return "demo"
     if "operators" in config:
         return "eval"
     if "stage" in config:
@@ -178,10 +182,12 @@ def _demo_fields(config) -> dict:
 
     preset = next(iter(PRESETS.values()))
     out = {}
-    for name in config.keys():  # the file's fields; one left None takes the task's preset
-        value = config[name]
+    for name, value in leaves(config).items():  # the file declares its fields; None: the task's preset
         if value is None and name in preset and not isinstance(preset[name], dict):
             out[name] = Field(Optional[type(preset[name])], None, "demo.PRESETS")
+        elif value is not None and not name.startswith("adaptive."):
+            out[name] = Field(tuple if isinstance(value, (list, tuple)) else type(value), value, "the demo config")
+    out["adaptive"] = Field(Optional[dict], None, "demo.PRESETS")  # None: the preset; or set field by field
     out.update({k: Field(Optional[f.type], None, f.source) for k, f in
                 dataclass_fields(AdaptivePDR, "adaptive.", keep=tuple(preset["adaptive"])).items()})
     return out
