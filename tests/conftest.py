@@ -6,6 +6,11 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Benchmark data: the shared copy beside the repository, when there is one and PRD_DATA_DIR is unset
+# (the library's own default is the user data dir that `prd-jax data get` fills; docs/data.md).
+_SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data")
+if os.path.isdir(_SHARED_DATA):
+    os.environ.setdefault("PRD_DATA_DIR", os.path.normpath(_SHARED_DATA))
 
 import jax  # noqa: E402
 

@@ -1,8 +1,9 @@
 """prd_jax.data: data-dir resolution, JSONL reading, TFDS builders, seqio vocabulary and tasks
 (the builders and seqio tasks made from the built-in tasks' `JsonlFiles` declarations).
 
-Reads the benchmark files from the shared data dir (`../shared/data` from the repo root, or
-$PRD_DATA_DIR). TFDS datasets are prepared into per-module tmp dirs, never the user cache.
+Reads the benchmark files from the shared data dir ($PRD_DATA_DIR, which tests/conftest.py sets
+to `../shared/data` from the repo root when unset). TFDS datasets are prepared into per-module tmp
+dirs, never the user cache.
 """
 
 import json
@@ -55,7 +56,14 @@ def _builder_cls(tfds_builders, task):
 
 def test_data_dir_resolution(monkeypatch, tmp_path):
     monkeypatch.delenv(paths.DATA_DIR_ENV, raising=False)
-    assert os.path.samefile(paths.data_dir(), REPO_ROOT.parent / "shared" / "data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the default: the user data dir
+    assert paths.default_data_dir() == str(tmp_path / "xdg" / "prd_jax" / "data")
+    with pytest.raises(FileNotFoundError, match=r"does not exist\. Fetch the benchmarks with `prd-jax data get NAME`"):
+        paths.data_dir()
+    (tmp_path / "xdg" / "prd_jax" / "data").mkdir(parents=True)
+    assert paths.data_dir() == str(tmp_path / "xdg" / "prd_jax" / "data")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert paths.default_data_dir() == os.path.join(os.path.expanduser("~"), ".local", "share", "prd_jax", "data")
     monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path))
     assert paths.data_dir() == str(tmp_path)
     explicit = tmp_path / "explicit"

@@ -13,7 +13,8 @@ The TensorFlow-based modules are imported explicitly:
     from prd_jax.data import seqio_tasks      # seqio tasks over them, tokenized or not
     from prd_jax.data import vocab            # HFVocabulary: seqio.Vocabulary over our Tokenizer
 
-Data dir: the `data_dir` argument, else $PRD_DATA_DIR, else `<repo root>/../shared/data`.
+Data dir: the `data_dir` argument, else $PRD_DATA_DIR, else the user data dir
+(`paths.default_data_dir`); `prd-jax data get NAME` (`download`, `catalog`) fills it.
 """
 
 from prd_jax.data.jsonl import iter_jsonl, read_jsonl

@@ -52,12 +52,13 @@ def _check_file(name: str, split: str, split_files: Mapping[str, str], data_dir:
     expected path and `PRD_DATA_DIR` when the split's file is missing."""
     if split not in split_files:
         raise ValueError(f"task {name!r} has no split {split!r}; allowed splits: {sorted(split_files)}")
-    root, source = paths._resolve(data_dir)
+    root, source = paths.resolve_data_dir(data_dir)
     path = os.path.join(root, *split_files[split].split("/"))
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"{name} split {split!r}: expected file {path} not found (data dir {root} from {source}). "
-            f"Set the environment variable {paths.DATA_DIR_ENV} to the directory that holds it, or pass data_dir.")
+            f"Run `prd-jax data get NAME` for a built-in benchmark, or set the environment variable "
+            f"{paths.DATA_DIR_ENV} to the directory that holds it, or pass data_dir.")
 
 
 def ensure_files_task(name: str, split_files: Mapping[str, str], *, fields: Sequence[str] = REQUIRED_KEYS,
@@ -78,7 +79,7 @@ def ensure_files_task(name: str, split_files: Mapping[str, str], *, fields: Sequ
         task = seqio.get_mixture_or_task(name)
         has = getattr(task.source, "_manual_data_dir", None)
         if (getattr(task.source, "builder_cls", None) is cls
-                and paths._resolve(want)[0] == paths._resolve(_resolved(has))[0]
+                and paths.resolve_data_dir(want)[0] == paths.resolve_data_dir(_resolved(has))[0]
                 and getattr(task.source, "prepared_dir", None) == tfds_builders.prepared_dir(cls, want)):
             return task
     seqio_tasks.register_rows_task(name, cls, data_dir=want)

@@ -117,7 +117,7 @@ def builder_class(name: str, split_files: Mapping[str, str], fields: Sequence[st
     files = ", ".join(p for _, p in spec[0])
     instructions = (f"{name} is built from local JSONL files ({files}, relative to the benchmark data dir); "
                     f"nothing is downloaded. The data dir is the `data_dir` argument, else ${paths.DATA_DIR_ENV}, "
-                    "else `<repo root>/../shared/data`. With the plain TFDS API use "
+                    "else the user data dir (`prd-jax data get` fills it; docs/data.md). With the plain TFDS API use "
                     "`tfds.download.DownloadConfig(manual_dir=<data dir>)`.")
     body = {"name": name, "MANUAL_DOWNLOAD_INSTRUCTIONS": instructions, "SPLIT_FILES": spec[0], "FIELDS": spec[1], "ID_KEY": spec[2], "DERIVED": spec[3],
             "SPEC": spec, "__module__": __name__}
@@ -132,7 +132,7 @@ def prepared_dir(cls: type, data_dir: Optional[str] = None, tfds_dir: Optional[s
     of the declaration (`cls.SPEC`), the data dir it reads and each split file's size and mtime.
     New data (`prd-jax data get` of another revision, an edited file, another data dir) or new
     declared fields therefore prepare afresh instead of reading a stale copy."""
-    root = paths._resolve(data_dir)[0]
+    root = paths.resolve_data_dir(data_dir)[0]
     files = []
     for _, rel in cls.SPLIT_FILES:
         path = os.path.join(root, *rel.split("/"))

@@ -11,9 +11,15 @@ way data enters eval, SFT and RL.
 `SeqioData`); `math`, `humaneval`, `synthetic`, `livecodebench`, `codecontests` and `hmmt`
 register the builtin tasks on import (`contest` is the code-contest tasks' shared grading);
 `grading` holds the operators' host callbacks (`TaskGrader`, `TaskGrouper`); `rows` reads
-publishers' files. No JAX or TensorFlow is imported.
+publishers' files; `require_data` fails fast, naming `prd-jax data get`, when a benchmark's
+data is missing. No JAX or TensorFlow is imported.
 """
 
+import glob
+import os
+from typing import Optional
+
+from prd_jax.data import catalog, paths
 from prd_jax.tasks.base import TASKS, Task, get_task, register_task, task_names
 from prd_jax.tasks.source import JsonlFiles, SeqioData
 from prd_jax.tasks import humaneval, math, synthetic  # noqa: F401  (register the builtin tasks)
@@ -45,6 +51,37 @@ def check_removed_fields(config) -> None:
                          + f". Tasks: {task_names()}")
 
 
+def require_data(task, split: Optional[str] = None, data_dir: Optional[str] = None) -> None:
+    """Fail fast, before any model loads, when `task` is a built-in benchmark's task whose `split`
+    (None: its default) is not under the data dir (`data.paths`): FileNotFoundError, one line naming
+    the `prd-jax data get` command. Tasks that are not built-in benchmarks (synthetic, plug-ins, a
+    seqio mixture in place of the source) and splits the benchmark lacks pass (the task's own reader
+    names those)."""
+    task = get_task(task)
+    bench = catalog.for_task(task.name)
+    if bench is None or (task.source is not None and not isinstance(task.source, JsonlFiles)):
+        return
+    split = split or task.default_split
+    if isinstance(task.source, JsonlFiles):
+        files = dict(task.source.splits)
+        if split not in files:
+            return
+        globs = (files[split],)
+    else:
+        if split not in bench.split_names and len(bench.splits) != 1:
+            return
+        globs = (bench.split(split) if split in bench.split_names else bench.splits[0]).globs
+    root, source = paths.resolve_data_dir(data_dir)
+    if any(os.path.isfile(f) for g in globs for f in glob.glob(os.path.join(root, *g.split("/")))):
+        return
+    fetched_by_default = [s.name for s in bench.fetch_splits()]
+    extra = f" --split {split}" if split in bench.split_names and split not in fetched_by_default else ""
+    raise FileNotFoundError(
+        f"task {task.name!r} split {split!r}: its data is missing (no {' or '.join(globs)} under the data dir {root}, "
+        f"from {source}); run `prd-jax data get {bench.name}{extra}`"
+        + ("" if data_dir else f" (or set {paths.DATA_DIR_ENV} to a data dir that has it)"))
+
+
 def task_for_config(config) -> Task:
     """The task `config.task` names (required: the task is the one way data enters). Raises
     ValueError naming `config.task` and the allowed tasks when unset or unknown, and naming the
@@ -58,4 +95,4 @@ def task_for_config(config) -> Task:
 
 
 __all__ = ["TASKS", "JsonlFiles", "REMOVED_FIELDS", "SeqioData", "Task", "check_removed_fields", "get_task",
-           "register_task", "task_for_config", "task_names"]
+           "register_task", "require_data", "task_for_config", "task_names"]

@@ -3,7 +3,7 @@
 
 `read_published(patterns, data_dir)` reads a benchmark's files as their publisher ships them
 (JSONL, JSON or parquet; LiveCodeBench, CodeContests, MathArena), from the data dir
-(`data.paths`: the argument, `PRD_DATA_DIR`, or `<repo root>/../shared/data`). Rows come back
+(`data.paths`: the argument, `PRD_DATA_DIR`, or the user data dir; `prd-jax data get` fills it). Rows come back
 exactly as the file holds them after JSON / parquet decoding.
 """
 
@@ -61,4 +61,5 @@ def read_published(patterns: Sequence[str], data_dir: Optional[str] = None, *, w
         if files:
             return [row for f in files for row in read_records(f)]
     raise FileNotFoundError(f"{what}: no file matches {list(patterns)} under the data dir {root}; put the "
-                            f"published files ({', '.join(FORMATS)}) there, or set {paths.DATA_DIR_ENV} or data_dir")
+                            f"published files ({', '.join(FORMATS)}) there (`prd-jax data get NAME` fetches "
+                            f"the built-in benchmarks), or set {paths.DATA_DIR_ENV} or data_dir")

@@ -3,8 +3,8 @@
 A task's `source` is one of:
 
 - `JsonlFiles({"train": "math/x_train.jsonl", "test": "math/x_test.jsonl"})`: one JSONL file per
-  split, relative to the data dir (`data.paths`: the `data_dir` argument, `PRD_DATA_DIR`, or
-  `<repo root>/../shared/data`). Read through a TFDS builder and a seqio task named
+  split, relative to the data dir (`data.paths`: the `data_dir` argument, `PRD_DATA_DIR`, or the user
+  data dir that `prd-jax data get` fills). Read through a TFDS builder and a seqio task named
   `prd_<task name>` (`data.seqio_rows.read_files`), registered on first read. Every line must hold
   the `fields` as non-empty strings (default `id`, `problem`, `answer`), `id_key` unique;
   `derived` adds copies under other names (HumanEval: `id` = `task_id`).

@@ -60,7 +60,7 @@ from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.loader import load, smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax.model.weights import param_shardings
-from prd_jax.tasks import SeqioData, check_removed_fields, task_for_config
+from prd_jax.tasks import SeqioData, check_removed_fields, require_data, task_for_config
 from prd_jax.tasks.synthetic import DrawnTask
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,7 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
         raise ValueError(f"config.model.init={init!r}; allowed: {INITS}")
     if config.tokenizer not in TOKENIZERS:
         raise ValueError(f"config.tokenizer={config.tokenizer!r}; allowed: {TOKENIZERS}")
+    require_task_data(config)  # a built-in benchmark not yet fetched fails here, before params load
     params, tokenizer = None, None
     if init == "pretrained":
         loaded = load(config.model.name, config.model.get("path") or None, mesh=mesh, **_overrides(config))
@@ -110,7 +111,8 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
 
 def check_config(config) -> None:
     """Validate a training config as `prd-jax train` reads it, loading no model and no data:
-    stage, init, tokenizer, the task's name, `ModelConfig` (named model + overrides),
+    stage, init, tokenizer, the task's name (unless SFT reads `data.mixture` or `data.path`),
+    `ModelConfig` (named model + overrides),
     `OptimConfig` and, for RL, `RLConfig`. Raises ValueError naming the field."""
     from prd_jax.train.optim import OptimConfig
     from prd_jax.train.rl import RLConfig
@@ -135,7 +137,9 @@ def check_config(config) -> None:
         OptimConfig(**optim)
     except TypeError as e:
         raise ValueError(f"config.optim: {e}") from None
-    task_for_config(config)
+    data = config.get("data") or {}
+    if config.stage == "rl" or not (data.get("mixture") or data.get("path")):  # SFT on a seqio task or traces: no task
+        task_for_config(config)
     if config.stage == "rl":
         RLConfig.from_config(config)
 
@@ -215,6 +219,16 @@ def synthetic_sft_task(config, templates: str, family: str) -> str:
     return synthetic.register_sft_task(name, settings["seed"], settings["num_train"], settings["num_eval"],
                                        tuple(data.difficulty), settings["family"], templates,
                                        **_trace_settings(data, family))
+
+
+def require_task_data(config) -> None:
+    """`tasks.require_data` for the split a training run reads from `config.task` (SFT: `data.split`,
+    RL: `config.task_split`; default "train"); nothing when `data.mixture` or `data.path` replaces it."""
+    data = config.get("data") or {}
+    if data.get("mixture") or data.get("path") or not config.get("task"):
+        return
+    split = (data.get("split") if config.get("stage") == "sft" else config.get("task_split")) or "train"
+    require_data(task_for_config(config), split, data.get("data_dir") or None)
 
 
 def training_task(config):
