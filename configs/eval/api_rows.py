@@ -127,7 +127,7 @@ def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict
     c.model = "smollm2-135m"
     c.model_path = ""
     c.task = year  # the problems and their grading (prd_jax.tasks)
-    c.data_dir = ""  # default: $PRD_DATA_DIR, else ../shared/data
+    c.data_dir = ""  # default: $PRD_DATA_DIR, else the user data dir (`prd-jax data get`; docs/data.md)
     c.num_problems = 30
     c.k_samples = 16  # mean@16 (paper); --config.k_samples=4 for a cheaper first pass
     c.batch_size = 10  # problems per operator run; their requests go out together (max_concurrency)

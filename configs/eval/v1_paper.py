@@ -16,7 +16,7 @@ Benchmarks (`BENCHMARKS`, the tasks of `prd_jax/tasks/`): `codecontests` (its te
 problems), `livecodebench_v5` / `livecodebench_v6` (the tasks' version windows; which reading
 of "v5" / "v6" the paper uses is not stated, see `tasks/livecodebench.py`), `hmmt_feb2025`
 (30 problems). The data are the published files under the data dir (`--config.data_dir`,
-default $PRD_DATA_DIR); nothing is downloaded.
+default $PRD_DATA_DIR); `prd-jax data get codecontests livecodebench hmmt_feb2025` fetches them.
 
 Backends (the last part of each arg): `remote` (default) sends every model call as token ids
 to an OpenAI-compatible /v1/completions server (vLLM or SGLang serving the model); prompts are
@@ -116,7 +116,7 @@ def config(model: str, operators: list, bench: str, backend: str, k_samples: int
     c.task = b["task"]
     c.split = b["split"]
     c.templates = d["templates"]  # "": the task's own set
-    c.data_dir = ""  # default: $PRD_DATA_DIR, else ../shared/data
+    c.data_dir = ""  # default: $PRD_DATA_DIR, else the user data dir (`prd-jax data get`; docs/data.md)
     c.model = model
     c.model_path = "" if backend == "remote" else checkpoint
     c.num_problems = b["num_problems"]
