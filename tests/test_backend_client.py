@@ -120,7 +120,7 @@ def _log(path) -> list:
 def _write_config(tmp_path, port, **backend) -> str:
     fields = dict(kind="openai", base_url=f"http://127.0.0.1:{port}/v1", model="fake-o", api="chat",
                   api_key_env="PRD_FAKE_KEY", timeout_s=1.5, max_retries=3, retry_base_s=0.05, max_concurrency=4,
-                  tokenizer="smollm2-135m", send_sampling=False)
+                  tokenizer="smollm2-135m", endpoint="openai_reasoning")
     fields.update(backend)
     path = tmp_path / "fake_eval.py"
     path.write_text(f'''
