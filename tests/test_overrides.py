@@ -287,14 +287,15 @@ def test_print_config_shows_defaults_and_loads_no_model(capsys, monkeypatch):
     import prd_jax.model.loader as loader
 
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("--print-config loaded a model"))
-    code, out, err = _main(["train", "--config", RL_TINY, "--print-config", "--config.rl.minibatches=2"], capsys)
+    code, out, err = _main(["train", "--config", RL_TINY, "--print-config", "--config.rl.minibatches=2",
+                            "--config.grad_accum_steps=2"], capsys)
     assert code == 0, err
     resolved = json.loads(out)
     assert resolved["rl"]["minibatches"] == 2 and resolved["rl"]["updates_per_batch"] == 1
     assert resolved["rl"]["cispo_lower_clip"] is False and resolved["task_split"] == "train"
     assert resolved["optim"]["b1"] == 0.9 and resolved["model"]["overrides"]["router_aux_loss_coef"] == 0.0
     assert resolved["sampling"]["compact_ratio"] == 0.5 and resolved["rl"]["operator"] is None
-    assert resolved["data"]["eval_split"] == "validation" and resolved["grad_accum_steps"] == 1
+    assert resolved["data"]["eval_split"] == "validation" and resolved["max_nonfinite_steps"] == 5
 
     code, out, err = _main(["eval", "--config", GSM8K, "--print-config"], capsys)
     assert code == 0, err
@@ -329,6 +330,8 @@ def test_resolved_config_fills_only_what_is_missing():
     (["train", "--config", RL_TINY, "--workdir", "W", "--config.rl.minibatchs=2"], "nearest: config.rl.minibatches"),
     (["eval", "--config", GSM8K, "--workdir", "W", "--config.num_problems=lots"], "expected int"),
     (["compile", "--config", RL_TINY, "--config.rl.eps_low=high"], "expected float"),
+    (["train", "--config", RL_TINY, "--print-config", "--config.rl.minibatches=2"],
+     "config.rl.minibatches=2 must divide config.grad_accum_steps=1"),
     (["train", "--config", RL_TINY], "the following arguments are required: --workdir"),
 ])
 def test_bad_overrides_are_one_line_with_status_2(argv, message, capsys, tmp_path):

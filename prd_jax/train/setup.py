@@ -141,7 +141,10 @@ def check_config(config) -> None:
     if config.stage == "rl" or not (data.get("mixture") or data.get("path")):  # SFT on a seqio task or traces: no task
         task_for_config(config)
     if config.stage == "rl":
-        RLConfig.from_config(config)
+        rl, accum = RLConfig.from_config(config), config.get("grad_accum_steps", default("grad_accum_steps"))
+        if accum % rl.minibatches:  # RLStage's check, before any model loads
+            raise ValueError(f"config.rl.minibatches={rl.minibatches} must divide config.grad_accum_steps={accum} "
+                             "(a mini-batch is a whole number of microbatches)")
 
 
 def model_tokenizer(name: str, path: Optional[str]):
