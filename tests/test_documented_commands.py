@@ -222,13 +222,20 @@ def check_moved(path: str, value):
 
 def check_mention(mentions: list, specs):
     """A problem with the bare mentions [(path, value)] of one line or span (applied
-    together), or None. `specs`: the configs they belong to (None: every config that
-    declares all their fields)."""
-    if specs is None:
-        specs = [s for s in every_config() if all(has_field(s, path) for path, _ in mentions)]
-        if not specs:
-            return f"no config declares {', '.join('config.' + p for p, _ in mentions)}"
-    return run_overrides(specs, [f"--config.{p}" + ("" if v is None else f"={v}") for p, v in mentions])
+    together), or None. `specs`: the configs they belong to. None: the configs that declare
+    all their fields; the values must have the declared type in each of them and load and
+    validate in at least one (a field such as `checkpoint` suits some eval configs only)."""
+    items = [f"--config.{p}" + ("" if v is None else f"={v}") for p, v in mentions]
+    if specs is not None:
+        return run_overrides(specs, items)
+    specs = [s for s in every_config() if all(has_field(s, path) for path, _ in mentions)]
+    if not specs:
+        return f"no config declares {', '.join('config.' + p for p, _ in mentions)}"
+    problems = [run_overrides([s], items) for s in specs]
+    typed = [p for p in problems if p and "expected " in p]
+    if typed or all(problems):
+        return (typed or problems)[0]
+    return None
 
 
 def collect(name: str, text: str, markdown: bool) -> dict:
@@ -323,6 +330,6 @@ def test_bad_documented_examples_are_caught():
 def test_mentions_without_a_named_config_check_every_declaring_config():
     assert check_mention([("rl.minibatches", "1")], None) is None  # every RL config declares it
     assert "expected int" in check_mention([("rl.minibatches", "two")], None)
-    assert "must divide config.grad_accum_steps" in check_mention([("rl.minibatches", "3")], None)  # validated
+    assert "must divide config.grad_accum_steps" in check_mention([("rl.minibatches", "7")], None)  # validated
     assert check_mention([("data.eval_split", None)], None) is None
     assert "no config declares config.rl.nothing" in check_mention([("rl.nothing", "1")], None)

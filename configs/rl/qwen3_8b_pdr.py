@@ -14,9 +14,8 @@ in-graph from the forced tag. Cost per step (from the sizes below): 2048 judge c
 PDR rollouts x 4 drafts), each a 5233-token prompt (Judge prompt: 5233 tokens) plus 512
 generated, so +1.0M generated tokens (+3% of the drafts' 33.5M) and ~10.7M prompt tokens of
 prefill, plus one rating forward over each judge context; ~4k extra decode steps at 256 rows
-in flight against the drafts' ~131k (an ESTIMATE).
-`--config.rl.operator.judge.max_new_tokens=0 --config.rl.operator.judge.think_budget=0` reads
-the rating at once (no judge decode).
+in flight against the drafts' ~131k (an ESTIMATE). To read the rating at once (no judge decode):
+    --config.rl.operator.judge.max_new_tokens=0 --config.rl.operator.judge.think_budget=0
 
 Sizes (computed by the code: tests/test_compile.py asserts them, with SmolLM2's ChatML
 tokenizer standing in for Qwen3's, so template pieces may differ by a few tokens): problems
