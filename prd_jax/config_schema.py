@@ -107,9 +107,10 @@ def train_fields() -> dict:
     from prd_jax.data import preimage, synthetic
 
     out = dict(TRAIN_TABLE)
+    hints = typing.get_type_hints(synthetic.sft_traces)
     for name, p in inspect.signature(synthetic.sft_traces).parameters.items():
         if p.kind is p.KEYWORD_ONLY:
-            out[f"data.{name}"] = Field(type(p.default), p.default, "data.synthetic.sft_traces")
+            out[f"data.{name}"] = Field(hints.get(name, type(p.default)), p.default, "data.synthetic.sft_traces")
     for name, value in preimage.TRACE_DEFAULTS.items():  # None: the preimage family's default
         out[f"data.{name}"] = Field(Optional[type(value)], None, "data.preimage.TRACE_DEFAULTS")
     return out
@@ -127,7 +128,8 @@ def kind_of(config) -> Optional[str]:
     return None
 
 
-def _get(config, dotted: str, fallback=None):
+def value_at(config, dotted: str, fallback=None):
+    """The value at `dotted` in a ConfigDict (or dict), or `fallback` when a part is absent."""
     node = config
     for name in dotted.split("."):
         if not hasattr(node, "keys") or name not in node.keys():
@@ -155,17 +157,17 @@ def _train_fields(config) -> dict:
     from prd_jax.train.optim import OptimConfig
 
     out = dict(train_fields())
-    named = NAMED_CONFIGS.get(_get(config, "model.name"))
+    named = NAMED_CONFIGS.get(value_at(config, "model.name"))
     out.update(dataclass_fields(ModelConfig, "model.overrides.", defaults=None if named is None else {
         f.name: getattr(named, f.name) for f in dataclasses.fields(ModelConfig)}))
     out.update(dataclass_fields(OptimConfig, "optim."))
-    if _get(config, "stage") == "rl":
+    if value_at(config, "stage") == "rl":
         from prd_jax.operators.registry import get_operator
         from prd_jax.train.rl import RLConfig
 
         out.update(dataclass_fields(RLConfig, "rl.", skip=("sampling",)))
         out.update(_sampling_fields())
-        op_type = _get(config, "rl.operator.type") or "pdr"
+        op_type = value_at(config, "rl.operator.type") or "pdr"
         try:
             spec = get_operator(op_type).spec
         except (KeyError, ValueError):

@@ -132,7 +132,7 @@ def test_demo_adaptive_field_merges_with_the_preset():
 ])
 def test_values_are_converted_to_the_declared_type(spec, override, path, expected):
     config = load(spec, [override])
-    value = config_schema._get(config, path)
+    value = config_schema.value_at(config, path)
     assert value == expected and type(value) is type(expected), (value, type(value))
     validate(config)
 
