@@ -172,7 +172,7 @@ config:
   --config.FIELD=VALUE  set a field, nested with dots. Any field the config declares can be set,
                         listed in the file or not (RLConfig, EvalConfig, Sampling, BackendConfig,
                         OptimConfig, ModelConfig under model.overrides, the data and loop fields;
-                        prd_jax/config_schema.py). VALUE is a Python literal (3, 0.5, True, None,
+                        prd_jax/config_fields.py). VALUE is a Python literal (3, 0.5, True, None,
                         "(8, 4, 1)") or text, converted to the field's type. An unknown field
                         names the nearest ones; a value of the wrong type names the type.
   --print-config        print the resolved config (file, overrides and every declared field's
@@ -315,18 +315,18 @@ def print_config(args: argparse.Namespace, rest: list) -> None:
     """`--print-config`: the config the command would run (file, overrides, the default of
     every declared field; the demo's with its task presets filled), validated as the command
     validates it, as JSON. Loads no model."""
-    from prd_jax import config_schema
+    from prd_jax import config_check
 
     if args.command == "demo":
         from prd_jax.demo import CONFIGS, resolve
 
-        config = config_schema.load(args.config or os.path.join(CONFIGS, "demo.py"), rest, kind="demo")
-        config_schema.validate(config, "demo")
+        config = config_check.load(args.config or os.path.join(CONFIGS, "demo.py"), rest, kind="demo")
+        config_check.validate(config, "demo")
         print(json.dumps(resolve(config).to_dict(), indent=2, sort_keys=True, default=repr))
         return
-    config = config_schema.load(args.config, rest)
-    config_schema.validate(config)
-    print(config_schema.to_json(config))
+    config = config_check.load(args.config, rest)
+    config_check.validate(config)
+    print(config_check.to_json(config))
 
 
 def _run(args: argparse.Namespace, rest: list) -> None:
@@ -336,25 +336,21 @@ def _run(args: argparse.Namespace, rest: list) -> None:
     elif args.command == "generate":
         run_generate(args)
     elif args.command == "demo":
-        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.config_check import load
         from prd_jax.demo import CONFIGS, run_demo
 
-        config = load_config(args.config or os.path.join(CONFIGS, "demo.py"))
-        config = apply_overrides(config, rest, kind="demo")
+        config = load(args.config or os.path.join(CONFIGS, "demo.py"), rest, kind="demo")
         run_demo(config, args.workdir, progress=not args.no_progress)
     elif args.command == "eval":
-        from prd_jax.backends.config import with_backend
-        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.config_check import load
         from prd_jax.evaluate import evaluate
 
-        config = apply_overrides(with_backend(load_config(args.config)), rest)
-        evaluate(config, args.workdir)
+        evaluate(load(args.config, rest, kind="eval"), args.workdir)
     elif args.command == "train":
-        from prd_jax.config_io import apply_overrides, load_config
+        from prd_jax.config_check import load
         from prd_jax.train.run import train
 
-        config = apply_overrides(load_config(args.config), rest)
-        train(config, args.workdir, progress=not args.no_progress)
+        train(load(args.config, rest), args.workdir, progress=not args.no_progress)
     elif args.command == "inspect":
         run_inspect(args)
     elif args.command == "compile":
@@ -380,13 +376,12 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
 
     from prd_jax.aot import report
     from prd_jax.backends import estimate, for_eval
-    from prd_jax.backends.config import BackendConfig, with_backend
-    from prd_jax.config_io import apply_overrides, load_config
+    from prd_jax.backends.config import BackendConfig
+    from prd_jax.config_check import load
     from prd_jax.eval_config import EvalConfig
     from prd_jax.evaluate import _context, eval_sampling, eval_task
 
-    config = load_config(args.config)
-    config = apply_overrides(with_backend(config) if config.get("operators") is not None else config, rest)
+    config = load(args.config, rest)
     if config.get("operators") is not None:
         backend = BackendConfig.from_config(config.backend)
         if backend.remote:  # an API run: requests, tokens and cost; there is nothing to compile

@@ -12,9 +12,13 @@ import difflib
 import importlib.util
 import json
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+import ml_collections
 
 from prd_jax import fileio
+from prd_jax.config_fields import declared
+from prd_jax.config_schema import MOVED, check_moved, convert, leaves, literal, moved  # noqa: F401 (re-exported)
 from prd_jax.host import is_main
 
 PREFIX = "--config."
@@ -63,13 +67,14 @@ def load_config(spec: str):
     return module.get_config(arg or None)
 
 
-def apply_overrides(config, overrides: Sequence[str], kind: Optional[str] = None):
+def apply_overrides(config, overrides: Sequence[str], kind: Optional[str] = None,
+                    declare: Optional[Callable] = None):
     """Apply `--config.a.b=value` strings in order. Any field the config's schema declares
-    (`config_schema.declared`; `kind` as there) can be set, whether or not the file lists it:
+    (`config_fields.declared`; `kind` as there) can be set, whether or not the file lists it:
     an absent one is inserted, converted to its declared type; a field the file lists but no
     schema declares keeps its value's type. Unknown fields raise naming the nearest valid
-    names; a value of the wrong type raises naming the type expected."""
-    from prd_jax import config_schema
+    names; a value of the wrong type raises naming the type expected. `declare(config)` lists
+    the fields when the config declares its own (the demo: `demo.declared_fields`)."""
 
     for item in overrides:
         if not item.startswith(PREFIX) or "=" not in item:
@@ -77,13 +82,13 @@ def apply_overrides(config, overrides: Sequence[str], kind: Optional[str] = None
         dotted, raw = item[len(PREFIX):].split("=", 1)
         if dotted in MOVED:
             raise ValueError(f"override {item!r}: " + moved(dotted, MOVED[dotted]))
-        schema = config_schema.declared(config, kind)
+        schema = declare(config) if declare is not None else declared(config, kind)
         field = schema.get(dotted)
         node = _parent(config, dotted, field is not None, schema)
         *_, leaf = dotted.split(".")
         present = node is not None and leaf in node.keys()
         if field is not None:
-            value = config_schema.convert(dotted, raw, field.type, field.source)
+            value = convert(dotted, raw, field.type, field.source)
         elif present:
             value = _like(dotted, raw, node[leaf])
         else:
@@ -97,8 +102,6 @@ def apply_overrides(config, overrides: Sequence[str], kind: Optional[str] = None
 def _parent(config, dotted: str, declared: bool, schema: dict):
     """The node that holds `dotted`'s leaf; a declared field's missing (or None) parents are
     created. None when an undeclared path's parent is absent."""
-    import ml_collections
-
     *parents, _ = dotted.split(".")
     node = config
     for i, name in enumerate(parents):
@@ -117,19 +120,15 @@ def _parent(config, dotted: str, declared: bool, schema: dict):
 
 def _like(dotted: str, raw: str, current):
     """`raw` parsed as a value of `current`'s type (a field no schema declares)."""
-    from prd_jax import config_schema
-
     if current is None:
-        return config_schema.literal(raw)
+        return literal(raw)
     tp = tuple if isinstance(current, (list, tuple)) else type(current)
-    return config_schema.convert(dotted, raw, tp, "the config file")
+    return convert(dotted, raw, tp, "the config file")
 
 
 def unknown_field(config, dotted: str, schema: dict) -> str:
     """One line: `dotted` is no field; the nearest valid names (difflib)."""
-    from prd_jax import config_schema
-
-    names = sorted(set(schema) | set(config_schema.leaves(config)))
+    names = sorted(set(schema) | set(leaves(config)))
     parent, _, leaf = dotted.rpartition(".")
     siblings = {n.rpartition(".")[2]: n for n in names if n.rpartition(".")[0] == parent}
     close = [siblings[s] for s in difflib.get_close_matches(leaf, list(siblings), n=3, cutoff=0.6)]

@@ -1,22 +1,23 @@
-"""What a config may hold: for each dotted path, the declared type and default.
+"""What a config may hold: field types, defaults and conversions (the bottom layer).
 
-One schema serves `--config.x=v` (`config_io.apply_overrides`), `--print-config` and the
-raw reads of the training code. It is derived from the typed configs wherever one exists:
+This module declares `Field`, `TRAIN_TABLE` (the fields of a train config that no dataclass
+holds: top-level loop settings, `model.*`, `data.*`, and the SFT trace knobs of
+`data.synthetic.sft_traces` and `data.preimage.TRACE_DEFAULTS`), `default(path)` (which the
+training code reads those fields through, so `--print-config` shows the defaults a run uses),
+`dataclass_fields` (a dataclass as fields), `convert` (the text of `--config.x=v` as a declared
+type) and `MOVED` (keys that moved, with the message naming the new place).
 
-- eval configs (they have `operators`): `EvalConfig`'s fields, `sampling.*` (`Sampling`)
-  and `backend.*` (`BackendConfig`);
-- train configs (they have `stage`): `TRAIN_TABLE` below for the fields no dataclass holds
-  (top-level loop settings, `model.*`, `data.*`), `model.overrides.*` (`ModelConfig`, with
-  the named model's values as defaults), `optim.*` (`OptimConfig`); RL stages add `rl.*`
-  (`RLConfig`), `rl.operator.*` (the spec of the operator `rl.operator.type` names) and
-  `sampling.*`. SFT trace fractions come from `data.synthetic.sft_traces`' keywords and the
-  preimage draft knobs from `data.preimage.TRACE_DEFAULTS`;
-- the demo config (`configs/demo.py`): the file's own fields, typed by their values or, where
-  None (the task's preset), by `demo.PRESETS`; and `adaptive.*`, typed by `AdaptivePDR`.
-
-A field the config file leaves out can still be set: it is inserted, converted to its
-declared type. The training code reads the table's fields through `default(path)`, so the
-defaults printed by `--print-config` are the ones a run uses.
+The layers above, each imported at module level, with no cycle:
+- `config_fields.declared`: every field of an eval config (`EvalConfig`, `sampling.*` from
+  `Sampling`, `backend.*` from `BackendConfig`) or a train config (`TRAIN_TABLE`,
+  `model.overrides.*` from `ModelConfig` with the named model's values as defaults, `optim.*`
+  from `OptimConfig`; RL adds `rl.*` from `RLConfig`, `rl.operator.*` from the spec of the
+  operator `rl.operator.type` names, and `sampling.*`). The demo declares its own fields
+  (`demo.declared_fields`: the file's, typed by value or by `demo.PRESETS`; `adaptive.*` by
+  `AdaptivePDR`).
+- `config_io.apply_overrides`: sets any declared field, listed in the file or not.
+- `config_check`: the config a command runs, validated before any model loads, and
+  `--print-config`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import functools
 import inspect
 import typing
 from typing import Any, Optional
+
+from prd_jax.data import preimage, synthetic
 
 KINDS = ("eval", "train", "demo")
 
@@ -104,8 +107,6 @@ def dataclass_fields(cls, prefix: str, keep=None, skip=(), defaults=None) -> dic
 @functools.lru_cache(maxsize=None)
 def train_fields() -> dict:
     """`TRAIN_TABLE` plus the SFT trace knobs, each typed by its default."""
-    from prd_jax.data import preimage, synthetic
-
     out = dict(TRAIN_TABLE)
     hints = typing.get_type_hints(synthetic.sft_traces)
     for name, p in inspect.signature(synthetic.sft_traces).parameters.items():
@@ -136,75 +137,6 @@ def value_at(config, dotted: str, fallback=None):
             return fallback
         node = node[name]
     return node
-
-
-def _sampling_fields() -> dict:
-    from prd_jax.sampling import CONFIG_KEYS, Sampling
-
-    return dataclass_fields(Sampling, "sampling.", keep=CONFIG_KEYS)
-
-
-def _eval_fields(config) -> dict:
-    from prd_jax.backends.config import BackendConfig
-    from prd_jax.eval_config import EvalConfig
-
-    return {**dataclass_fields(EvalConfig, "", skip=("sampling", "backend")), **_sampling_fields(),
-            **dataclass_fields(BackendConfig, "backend.")}
-
-
-def _train_fields(config) -> dict:
-    from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
-    from prd_jax.train.optim import OptimConfig
-
-    out = dict(train_fields())
-    named = NAMED_CONFIGS.get(value_at(config, "model.name"))
-    out.update(dataclass_fields(ModelConfig, "model.overrides.", defaults=None if named is None else {
-        f.name: getattr(named, f.name) for f in dataclasses.fields(ModelConfig)}))
-    out.update(dataclass_fields(OptimConfig, "optim."))
-    if value_at(config, "stage") == "rl":
-        from prd_jax.operators.registry import get_operator
-        from prd_jax.train.rl import RLConfig
-
-        out.update(dataclass_fields(RLConfig, "rl.", skip=("sampling",)))
-        out.update(_sampling_fields())
-        op_type = value_at(config, "rl.operator.type") or "pdr"
-        try:
-            spec = get_operator(op_type).spec
-        except (KeyError, ValueError):
-            spec = None  # an unknown type: RLConfig's validation names the operators allowed
-        if spec is not None:
-            out["rl.operator.type"] = Field(str, "pdr", "RLConfig.operator")
-            out.update(dataclass_fields(spec, "rl.operator."))
-    return out
-
-
-def _demo_fields(config) -> dict:
-    from prd_jax.demo import PRESETS
-    from prd_jax.operators.adaptive_pdr import AdaptivePDR
-
-    preset = next(iter(PRESETS.values()))
-    out = {}
-    for name, value in leaves(config).items():  # the file declares its fields; None: the task's preset
-        if value is None and name in preset and not isinstance(preset[name], dict):
-            out[name] = Field(Optional[type(preset[name])], None, "demo.PRESETS")
-        elif value is not None and not name.startswith("adaptive."):
-            out[name] = Field(tuple if isinstance(value, (list, tuple)) else type(value), value, "the demo config")
-    out["adaptive"] = Field(Optional[dict], None, "demo.PRESETS")  # None: the preset; or set field by field
-    out.update({k: Field(Optional[f.type], None, f.source) for k, f in
-                dataclass_fields(AdaptivePDR, "adaptive.", keep=tuple(preset["adaptive"])).items()})
-    return out
-
-
-def declared(config, kind: Optional[str] = None) -> dict:
-    """{dotted path: Field} of every field `config` may hold (`kind`: "eval", "train",
-    "demo"; None: `kind_of(config)`). Depends on the config's current values: the stage, the
-    named model (defaults of `model.overrides.*`) and the RL operator's type."""
-    kind = kind or kind_of(config)
-    if kind is None:
-        return {}
-    if kind not in KINDS:
-        raise ValueError(f"config kind {kind!r}; allowed: {KINDS}")
-    return {"eval": _eval_fields, "train": _train_fields, "demo": _demo_fields}[kind](config)
 
 
 def leaves(config, prefix: str = "") -> dict:
@@ -291,68 +223,32 @@ def convert(dotted: str, raw: str, tp, source: str = ""):
     return out
 
 
-def resolved(config, kind: Optional[str] = None):
-    """A copy of `config` with every declared field it leaves out added at its default
-    (fields without a default stay out; a sub-config set to None, such as `rl.operator`
-    when operator RL is off, stays None): what `--print-config` prints."""
-    import ml_collections
+# Keys that moved: old dotted name -> new one. The sampler's settings live in one
+# `config.sampling` sub-config (`prd_jax.sampling.Sampling`), read by eval and RL alike.
+_SAMPLING_MOVES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                   "max_rows_per_call": "max_rows", "compact_min_rows": "compact_min_rows",
+                   "compact_ratio": "compact_ratio", "prefill_groups": "prefill_groups",
+                   "cache_window": "cache_window", "prompt_groups": "prompt_groups",
+                   "decode_layers": "decode_layers"}
+MOVED = {**{old: f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()},
+         **{f"rl.{old}": f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()}}
 
-    out = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
-    for dotted, field in sorted(declared(out, kind).items()):
-        if field.default is REQUIRED:
+
+def moved(dotted: str, new: str) -> str:
+    """The error text for a key that moved."""
+    return (f"config.{dotted} moved to config.{new} (one sampling config for eval and RL, "
+            f"prd_jax.sampling.Sampling): use --config.{new}=... or set c.{new} in the config file")
+
+
+def check_moved(config, keys=None) -> None:
+    """Raise, naming the new field, when `config` (a ConfigDict or dict) still holds a key
+    that moved (`MOVED`). `keys` limits the check to those old dotted names."""
+    for old, new in MOVED.items():
+        if keys is not None and old not in keys:
             continue
-        *parents, leaf = dotted.split(".")
-        node = out
+        *parents, leaf = old.split(".")
+        node = config
         for name in parents:
-            if name not in node.keys():
-                node[name] = ml_collections.ConfigDict()
-            node = node[name]
-            if not hasattr(node, "keys"):  # None (off) or a value: nothing to fill below it
-                break
-        if hasattr(node, "keys") and leaf not in node.keys():
-            node[leaf] = field.default
-    return out
-
-
-def load(spec: str, overrides=(), kind: Optional[str] = None):
-    """The config a command runs: `config_io.load_config(spec)`, an eval config's backend
-    defaults (`backends.config.with_backend`), then the overrides."""
-    from prd_jax.config_io import apply_overrides, load_config
-
-    config = load_config(spec)
-    if (kind or kind_of(config)) == "eval":
-        from prd_jax.backends.config import with_backend
-
-        config = with_backend(config)
-    return apply_overrides(config, list(overrides), kind)
-
-
-def validate(config, kind: Optional[str] = None) -> None:
-    """The typed validation a command does before it loads a model: `EvalConfig.from_config`
-    (eval), `train.setup.check_config` (train), the demo's stage and eval configs (demo)."""
-    kind = kind or kind_of(config)
-    if kind == "eval":
-        from prd_jax.eval_config import EvalConfig
-
-        EvalConfig.from_config(config)
-    elif kind == "train":
-        from prd_jax.train.setup import check_config
-
-        check_config(config)
-    elif kind == "demo":
-        from prd_jax.demo import eval_config, stage_configs
-        from prd_jax.eval_config import EvalConfig
-        from prd_jax.train.setup import check_config
-
-        for stage in stage_configs(config, "demo_workdir").values():
-            check_config(stage)
-        EvalConfig.from_config(eval_config(config))
-    else:
-        raise ValueError("config has neither `operators` (an eval config) nor `stage` (a training config)")
-
-
-def to_json(config, kind: Optional[str] = None) -> str:
-    """`--print-config`: the resolved config (`resolved`) as indented JSON, keys sorted."""
-    import json
-
-    return json.dumps(resolved(config, kind).to_dict(), indent=2, sort_keys=True, default=repr)
+            node = node.get(name) if hasattr(node, "get") else None
+        if hasattr(node, "keys") and leaf in node.keys():
+            raise ValueError(moved(old, new))

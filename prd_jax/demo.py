@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import types
+from typing import Optional
 
 import jax
 import ml_collections
@@ -19,9 +20,11 @@ import numpy as np
 from prd_jax import fileio
 from prd_jax.checkpoint import latest_params
 from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.config_schema import Field, dataclass_fields, leaves
 from prd_jax.data import synthetic
 from prd_jax.evaluate import build_spec, evaluate, markdown_table, pareto_plot, row_budgets
 from prd_jax.model.config import NAMED_CONFIGS
+from prd_jax.operators.adaptive_pdr import AdaptivePDR
 from prd_jax.sampling import Sampling
 from prd_jax.train.run import train
 from prd_jax.train.setup import synthetic_rows
@@ -60,6 +63,23 @@ PRESETS = {
 
 def _config(name: str, overrides: list):
     return apply_overrides(load_config(os.path.join(CONFIGS, name)), overrides)
+
+
+def declared_fields(config) -> dict:
+    """{dotted path: config_schema.Field} of the demo config: the file's own fields, typed by
+    their values or, where None (the task's preset), by `PRESETS`; and `adaptive.*`, typed by
+    `AdaptivePDR` (set field by field over the preset's)."""
+    preset = next(iter(PRESETS.values()))
+    out = {}
+    for name, value in leaves(config).items():  # the file declares its fields; None: the task's preset
+        if value is None and name in preset and not isinstance(preset[name], dict):
+            out[name] = Field(Optional[type(preset[name])], None, "demo.PRESETS")
+        elif value is not None and not name.startswith("adaptive."):
+            out[name] = Field(tuple if isinstance(value, (list, tuple)) else type(value), value, "the demo config")
+    out["adaptive"] = Field(Optional[dict], None, "demo.PRESETS")  # None: the preset; or set field by field
+    out.update({k: Field(Optional[f.type], None, f.source) for k, f in
+                dataclass_fields(AdaptivePDR, "adaptive.", keep=tuple(preset["adaptive"])).items()})
+    return out
 
 
 def resolve(demo) -> ml_collections.ConfigDict:

@@ -4,7 +4,7 @@ An eval config (`configs/eval/*.py`) is a ConfigDict; `EvalConfig.from_config` t
 into typed fields, so the harness (`prd_jax.evaluate`) reads `ec.k_samples`, not
 `config.get("k_samples", 1)`, and passes typed sub-configs down: `ec.sampling` (the one
 sampling config, `prd_jax.sampling.Sampling`) and `ec.backend` (`backends.config.BackendConfig`).
-Every error names the field and says what is allowed; a key that moved (`config_io.MOVED`)
+Every error names the field and says what is allowed; a key that moved (`config_schema.MOVED`)
 names its new place. Metrics and the operator grid follow the PDR paper (arXiv 2510.01123 §4).
 """
 
@@ -15,7 +15,7 @@ from typing import Optional
 
 from prd_jax.backends.config import BackendConfig
 from prd_jax.checkpoint import parse_checkpoint
-from prd_jax.config_io import check_moved
+from prd_jax.config_schema import check_moved
 from prd_jax.model.config import REASONING_EFFORTS
 from prd_jax.prompts import template_set
 from prd_jax.sampling import Sampling

@@ -9,7 +9,7 @@ file under configs/ (docstring and comments) and the `prd-jax` docstring and hel
   `eval`, `train`, `compile` and `demo` commands go through the real parser
   (`cli.build_parser`); their config (demo: configs/demo.py by default) is loaded, the
   overrides applied and the result validated as the command validates it before loading a
-  model (`config_schema.load` + `config_schema.validate`). A subcommand that takes no config
+  model (`config_check.load` + `config_check.validate`). A subcommand that takes no config
   is skipped when its line has no `--config`, and fails when it has one.
 - A bare mention (`--config.x=v` or `--config.x` outside a command) belongs to the config
   file it is written in; in README/docs, to the config named nearest to it in the same
@@ -31,7 +31,7 @@ import shlex
 
 import pytest
 
-from prd_jax import cli, config_schema
+from prd_jax import cli, config_check, config_schema
 from prd_jax.config_io import MOVED, apply_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,8 +138,8 @@ def every_config() -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def schema_of(spec: str) -> tuple:
-    config = config_schema.load(os.path.join(ROOT, spec))
-    return tuple(config_schema.declared(config)), tuple(config_schema.leaves(config))
+    config = config_check.load(os.path.join(ROOT, spec))
+    return tuple(config_check.fields(config)), tuple(config_schema.leaves(config))
 
 
 def has_field(spec: str, path: str) -> bool:
@@ -150,8 +150,8 @@ def has_field(spec: str, path: str) -> bool:
 
 def resolve(spec: str, overrides: list, kind=None) -> None:
     """Load, override and validate as the command does before it loads a model."""
-    config = config_schema.load(os.path.join(ROOT, spec), overrides, kind)
-    config_schema.validate(config, kind)
+    config = config_check.load(os.path.join(ROOT, spec), overrides, kind)
+    config_check.validate(config, kind)
 
 
 def specs_of(spec: str, command: bool = False) -> list:
@@ -213,7 +213,7 @@ def run_overrides(specs: list, overrides: list, kind=None):
 def check_moved(path: str, value):
     """A key the docs call moved must fail naming its new place."""
     try:
-        apply_overrides(config_schema.load(os.path.join(ROOT, "configs", "rl", "tiny.py")),
+        apply_overrides(config_check.load(os.path.join(ROOT, "configs", "rl", "tiny.py")),
                         [f"--config.{path}={value or 1}"])
     except ValueError as e:
         return None if f"moved to config.{MOVED[path]}" in str(e) else f"{path}: {e}"

@@ -14,9 +14,11 @@ import types
 
 import pytest
 
-from prd_jax import cli, config_schema
+from prd_jax import cli, config_check, config_schema
+from prd_jax.config_check import load, validate
+from prd_jax.config_fields import declared, resolved as resolved_config
 from prd_jax.config_io import apply_overrides, load_config
-from prd_jax.config_schema import REQUIRED, declared, default, leaves, load, validate
+from prd_jax.config_schema import REQUIRED, default, leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RL_TINY = os.path.join(ROOT, "configs", "rl", "tiny.py")
@@ -90,12 +92,12 @@ def test_sft_eval_split_reaches_the_held_out_read():
 
 def test_model_override_the_file_does_not_list_reaches_the_model_config():
     from prd_jax.model.config import NAMED_CONFIGS
-    from prd_jax.train.setup import _overrides
+    from prd_jax.train.setup import model_overrides
 
     config = load_config(GPTOSS_PAIRRL)
     assert "router_aux_loss_coef" not in config.model.overrides
     apply_overrides(config, ["--config.model.overrides.router_aux_loss_coef=0.01"])
-    cfg = NAMED_CONFIGS[config.model.name].replace(**_overrides(config))
+    cfg = NAMED_CONFIGS[config.model.name].replace(**model_overrides(config))
     assert cfg.router_aux_loss_coef == 0.01 and cfg.num_experts == 32
 
 
@@ -225,13 +227,13 @@ def test_schema_is_derived_from_the_dataclasses():
 
 def test_a_new_dataclass_field_is_declared_without_a_table(monkeypatch):
     """A field added to EvalConfig (as `checkpoint` is) can be set at once."""
-    from prd_jax import eval_config
+    from prd_jax import config_fields, eval_config
 
     @dataclasses.dataclass(frozen=True)
     class Extended(eval_config.EvalConfig):
         brand_new: int = 7
 
-    monkeypatch.setattr(eval_config, "EvalConfig", Extended)
+    monkeypatch.setattr(config_fields, "EvalConfig", Extended)
     schema = declared(load_config(GSM8K))
     assert schema["brand_new"].type is int and schema["brand_new"].default == 7
     assert load(GSM8K, ["--config.brand_new=9"]).brand_new == 9
@@ -247,7 +249,7 @@ def test_every_field_a_config_file_sets_is_declared():
         if not args:
             continue  # a helper (configs/eval/api_rows.py): nothing to load
         config = load(path if args[0] is None else f"{path}:{args[0]}")
-        schema = declared(config)
+        schema = config_check.fields(config)
         undeclared += [f"{os.path.relpath(path, ROOT)}: {p}" for p in leaves(config) if p not in schema]
         checked += 1
     assert checked >= 40 and not undeclared, undeclared
@@ -316,7 +318,7 @@ def test_print_config_shows_defaults_and_loads_no_model(capsys, monkeypatch):
 def test_resolved_config_fills_only_what_is_missing():
     config = load_config(RL_TINY)
     before = leaves(config)
-    resolved = leaves(config_schema.resolved(config))
+    resolved = leaves(resolved_config(config))
     assert {k: resolved[k] for k in before} == before
     added = {k for k in resolved if k not in before}
     schema = declared(config)

@@ -28,8 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax import prompts as P
-from prd_jax.config_io import MOVED, check_moved
-from prd_jax.config_schema import default
+from prd_jax.config_schema import MOVED, check_moved, default
 from prd_jax.host import to_host
 from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
@@ -185,7 +184,7 @@ class RLConfig:
 
     @classmethod
     def from_config(cls, config) -> "RLConfig":
-        """From `config.rl` and `config.sampling`; a key that moved (`config_io.MOVED`) raises,
+        """From `config.rl` and `config.sampling`; a key that moved (`config_schema.MOVED`) raises,
         naming its new place."""
         check_moved(config, [k for k in MOVED if k.startswith("rl.")])
         rl = config.rl.to_dict() if hasattr(config.rl, "to_dict") else dict(config.rl)

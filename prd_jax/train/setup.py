@@ -69,7 +69,7 @@ INITS = ("random", "pretrained", "checkpoint")
 TOKENIZERS = ("char", "model")
 
 
-def _overrides(config) -> dict:
+def model_overrides(config) -> dict:
     o = config.model.get("overrides", None)
     return {} if o is None else (o.to_dict() if hasattr(o, "to_dict") else dict(o))
 
@@ -88,12 +88,12 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
     require_task_data(config)  # a built-in benchmark not yet fetched fails here, before params load
     params, tokenizer = None, None
     if init == "pretrained":
-        loaded = load(config.model.name, config.model.get("path") or None, mesh=mesh, **_overrides(config))
+        loaded = load(config.model.name, config.model.get("path") or None, mesh=mesh, **model_overrides(config))
         cfg, params, tokenizer = loaded.cfg, loaded.params, loaded.tokenizer
     else:
         if config.model.name not in NAMED_CONFIGS:
             raise ValueError(f"config.model.name={config.model.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
-        cfg = NAMED_CONFIGS[config.model.name].replace(**_overrides(config))
+        cfg = NAMED_CONFIGS[config.model.name].replace(**model_overrides(config))
     if config.tokenizer == "char":
         tokenizer = synthetic.CharVocab()
         if cfg.vocab_size < tokenizer.vocab_size:
@@ -107,44 +107,6 @@ def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
     if init == "checkpoint":
         params = checkpoint_params(config.model.init_workdir, cfg, mesh)
     return cfg, params, tokenizer
-
-
-def check_config(config) -> None:
-    """Validate a training config as `prd-jax train` reads it, loading no model and no data:
-    stage, init, tokenizer, the task's name (unless SFT reads `data.mixture` or `data.path`),
-    `ModelConfig` (named model + overrides),
-    `OptimConfig` and, for RL, `RLConfig`. Raises ValueError naming the field."""
-    from prd_jax.train.optim import OptimConfig
-    from prd_jax.train.rl import RLConfig
-    from prd_jax.train.run import STAGES
-    from prd_jax.tasks import task_for_config
-
-    if config.get("stage") not in STAGES:
-        raise ValueError(f"config.stage={config.get('stage')!r}; allowed: {STAGES}")
-    if config.model.get("init") not in INITS:
-        raise ValueError(f"config.model.init={config.model.get('init')!r}; allowed: {INITS}")
-    if config.get("tokenizer") not in TOKENIZERS:
-        raise ValueError(f"config.tokenizer={config.get('tokenizer')!r}; allowed: {TOKENIZERS}")
-    if config.model.name in NAMED_CONFIGS:
-        try:
-            NAMED_CONFIGS[config.model.name].replace(**_overrides(config))
-        except TypeError as e:  # an override that is no ModelConfig field
-            raise ValueError(f"config.model.overrides: {e}") from None
-    elif config.model.init != "pretrained" or not config.model.get("path"):
-        raise ValueError(f"config.model.name={config.model.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
-    optim = config.optim.to_dict() if hasattr(config.optim, "to_dict") else dict(config.optim)
-    try:
-        OptimConfig(**optim)
-    except TypeError as e:
-        raise ValueError(f"config.optim: {e}") from None
-    data = config.get("data") or {}
-    if config.stage == "rl" or not (data.get("mixture") or data.get("path")):  # SFT on a seqio task or traces: no task
-        task_for_config(config)
-    if config.stage == "rl":
-        rl, accum = RLConfig.from_config(config), config.get("grad_accum_steps", default("grad_accum_steps"))
-        if accum % rl.minibatches:  # RLStage's check, before any model loads
-            raise ValueError(f"config.rl.minibatches={rl.minibatches} must divide config.grad_accum_steps={accum} "
-                             "(a mini-batch is a whole number of microbatches)")
 
 
 def model_tokenizer(name: str, path: Optional[str]):
