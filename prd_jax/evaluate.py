@@ -254,19 +254,19 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     if rows is None:  # a built-in benchmark not yet fetched: one line naming `prd-jax data get`
         require_data(task, ec.split or None, ec.data_dir or None)
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
-
         init_distributed()
     main = is_main()
     ckpt = resolve_checkpoint(ec.checkpoint) if ec.checkpoint and model is None else None  # (workdir, step)
     if main:
         fileio.makedirs(workdir)
-    check_settings(ec, workdir, "@".join(map(str, ckpt)) if ckpt else "")
+    checkpoint = "@".join(map(str, ckpt)) if ckpt else ""  # WORKDIR@STEP
+    check_settings(ec, workdir, checkpoint)
     save_config(config, workdir)
     specs = [build_spec(dict(e)) for e in ec.operators]
     if rows is None:  # the task is the one way data enters (issue 35 §1)
         rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
     backend = ec.backend
-    served = backend.model if backend.remote else ec.model  # what summary, plot and rows name
+    served = backend.model if backend.remote else checkpoint or ec.model  # what summary, plot and rows name
     if backend.remote:
         lm, tok = for_eval.eval_lm(ec, backend, workdir, progress and main)
     elif model is None:

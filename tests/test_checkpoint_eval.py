@@ -75,6 +75,9 @@ def test_checkpoint_eval_equals_eval_of_the_steps_params(trained, tmp_path):
     assert sum(r["b_total"] for r in b.values()) > 0
     with open(tmp_path / "ckpt" / "settings.json") as f:
         assert json.load(f)["checkpoint"] == f"{workdir}@1"
+    # rows and summary name the checkpoint evaluated, not the config's model name
+    assert {r["model"] for r in b.values()} == {f"{workdir}@1"}
+    assert (tmp_path / "ckpt" / "summary.md").read_text().splitlines()[0].endswith(f": {workdir}@1")
     with pytest.raises(FileNotFoundError, match=r"config.checkpoint='.*@9'.*no step 9; saved steps: \[1, 2\]"):
         evaluate(_eval_config(f"{workdir}@9"), str(tmp_path / "e2"), progress=False)
     # the same eval workdir on another checkpoint (the newest, step 2) is refused, naming the field
