@@ -273,16 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_data_args(data: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    """`prd-jax data get NAME... | --all [--dir D] [--split S]` and `prd-jax data list [--dir D] [--json]`."""
+    """`prd-jax data get NAME... | --all [--dir D] [--split S] [--catalog F]` and
+    `prd-jax data list [--dir D] [--json] [--catalog F]`."""
     actions = data.add_subparsers(dest="data_action", required=True)
+    catalog_help = ("JSON file overriding repo, revision, sha256 or rows per benchmark, e.g. a private mirror's "
+                    "(docs/data.md; default: the built-in catalog)")
     get = actions.add_parser("get", parents=[common], help="download, verify and write benchmarks (docs/data.md)")
     get.add_argument("names", nargs="*", help="benchmarks (prd_jax.data.catalog), e.g. gsm8k math500")
     get.add_argument("--all", action="store_true", help="every built-in benchmark")
     get.add_argument("--split", action="append", default=None, help="only this split (repeatable), e.g. train")
     get.add_argument("--dir", default=None, help="data dir (default: $PRD_DATA_DIR, else the user data dir)")
+    get.add_argument("--catalog", default=None, metavar="FILE", help=catalog_help)
     ls = actions.add_parser("list", parents=[common], help="source, revision, rows, licence and presence of each")
     ls.add_argument("--dir", default=None, help="data dir (default: $PRD_DATA_DIR, else the user data dir)")
     ls.add_argument("--json", action="store_true", help="one JSON list")
+    ls.add_argument("--catalog", default=None, metavar="FILE", help=catalog_help)
 
 
 def main(argv=None) -> None:

@@ -5,7 +5,9 @@ checksum or row count is refused and writes nothing; `data list` and `tasks.requ
 is there; an eval on a missing benchmark stops before any model loads.
 
 Fixture files are not the real ones, so the fixture catalog is the real catalog (repos, revisions,
-file names, converters, destinations) with the fixtures' sha256 and row counts.
+file names, converters, destinations) with the fixtures' sha256 and row counts. `--catalog FILE`
+does the same from the command line: the standalone mirror (`python tests/hub_mirror.py`) writes
+that file, here from the shared normalised data, and `prd-jax data get gsm8k` must reproduce it.
 """
 
 import dataclasses
@@ -13,69 +15,21 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hub_mirror import HubMirror
+from hub_mirror import FIXTURES, GSM8K_TEST, GSM8K_TRAIN, HUMANEVAL, MAIN_COMMIT, HubMirror
 from prd_jax.data import catalog, download
 from prd_jax.tasks import get_task, require_data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared" / "data"
 
-
-def parquet(rows: list) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), buf)
-    return buf.getvalue()
-
-
-def jsonl(rows: list) -> bytes:
-    return "".join(json.dumps(r) + "\n" for r in rows).encode()
-
-
-GSM8K_TRAIN = [{"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
-                "answer": "48/2 = <<48/2=24>>24\n48+24 = <<48+24=72>>72\n#### 72"},
-               {"question": "A farm earns 1,000 a month for 13 months less 1,000.",
-                "answer": "1000*13 - 1000 = 12000\n#### 12,000"}]
-GSM8K_TEST = [{"question": "Janet's ducks lay 16 eggs. She eats 3 and bakes 4. Eggs sell for $2. Income?",
-               "answer": "16-3-4 = 9\n9*2 = 18\n#### 18"}]
-MATH500 = [{"problem": "Convert $(0,3)$ to polar.", "solution": "So $\\boxed{(3,\\frac{\\pi}{2})}$.",
-            "answer": "\\left( 3, \\frac{\\pi}{2} \\right)", "subject": "Precalculus", "level": 2,
-            "unique_id": "test/precalculus/807.json"}]
-AIME2024 = [{"id": 60, "problem": "Find the minutes.", "solution": "It is 204.", "answer": "204",
-             "url": "https://example.invalid/60", "year": "2024"},
-            {"id": 67, "problem": "Find x.", "solution": "x = 25.", "answer": "025",
-             "url": "https://example.invalid/67", "year": "2024"}]
-AIME2025_I = [{"question": "Find the sum of all integer bases $b>9$ ...", "answer": "70"}]
-AIME2025_II = [{"question": "Find the remainder ...", "answer": 117}]
-HMMT = [{"problem_idx": i + 1, "problem": f"HMMT problem {i + 1}", "answer": f"\\frac{{{i + 1}}}{{2}}"}
-        for i in range(30)]  # the real row count: the CLI test fetches it with the real catalog (unpinned)
-HUMANEVAL = [{"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"a + b\"\"\"\n",
-              "canonical_solution": "    return a + b\n", "test": "def check(c):\n    assert c(1, 2) == 3\n",
-              "entry_point": "add"}]
-
-
-def lcb_row(qid: str, date: str) -> dict:
-    return {"question_id": qid, "question_title": qid, "question_content": f"Print the sum ({qid}).",
-            "platform": "atcoder", "contest_id": "abc", "contest_date": date, "starter_code": "",
-            "difficulty": "easy", "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n",
-                                                                   "testtype": "stdin"}]),
-            "private_test_cases": "", "metadata": "{}"}
-
-
-LCB_FILES = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
-LCB = {name: [lcb_row(f"q{k}", f"2024-0{k + 1}-01T00:00:00")] for k, name in enumerate(LCB_FILES)}
-CC = {split: [{"name": f"1_{split}. Sum", "description": "Read a b, print a+b.",
-               "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
-               "private_tests": {"input": [], "output": []}, "generated_tests": {"input": [], "output": []},
-               "time_limit": {"seconds": 2, "nanos": 0}, "memory_limit_bytes": 256 << 20, "difficulty": 7}]
-      for split in ("test", "valid")}
 
 # what the download must write: hand-written, in the layout tasks.math / tasks.humaneval read
 EXPECTED = {
@@ -99,20 +53,6 @@ EXPECTED = {
         {"id": "aime2025-1", "problem": "Find the remainder ...", "answer": "117"}],
     "code/humaneval.jsonl": HUMANEVAL,
 }
-FIXTURES = {  # (repo, path in repo) -> bytes
-    ("openai/gsm8k", "main/train-00000-of-00001.parquet"): parquet(GSM8K_TRAIN),
-    ("openai/gsm8k", "main/test-00000-of-00001.parquet"): parquet(GSM8K_TEST),
-    ("HuggingFaceH4/MATH-500", "test.jsonl"): jsonl(MATH500),
-    ("HuggingFaceH4/aime_2024", "data/train-00000-of-00001.parquet"): parquet(AIME2024),
-    ("opencompass/AIME2025", "aime2025-I.jsonl"): jsonl(AIME2025_I),
-    ("opencompass/AIME2025", "aime2025-II.jsonl"): jsonl(AIME2025_II),
-    ("MathArena/hmmt_feb_2025", "data/train-00000-of-00001.parquet"): parquet(HMMT),
-    ("openai/openai_humaneval", "openai_humaneval/test-00000-of-00001.parquet"): parquet(HUMANEVAL),
-    **{("livecodebench/code_generation_lite", name): jsonl(rows) for name, rows in LCB.items()},
-    ("deepmind/code_contests", "data/test-00000-of-00001-9c49eeff30aacaa8.parquet"): parquet(CC["test"]),
-    ("deepmind/code_contests", "data/valid-00000-of-00001-5e672c5751f060d3.parquet"): parquet(CC["valid"]),
-}
-MAIN_COMMIT = "c0ffee" + "0" * 34  # what the mirror's "main" resolves to for the unpinned repo
 
 
 def fixture_catalog(**replace_rows) -> tuple:
@@ -152,7 +92,8 @@ def fetched(mirror, tmp_path_factory):
 
 
 def read_jsonl(path: Path) -> list:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    with open(path, encoding="utf-8") as f:  # lines end at "\n" only: GSM8K's text holds U+2028, which
+        return [json.loads(line) for line in f]  # str.splitlines() would also split at
 
 
 def test_get_writes_the_rows_the_tasks_read(fetched, mirror):
@@ -320,3 +261,160 @@ def test_cli_data_get_and_list(mirror, tmp_path):
                     "humaneval": [], "livecodebench": [], "codecontests": []}
     usage = _cli(["data", "get"], env)
     assert usage.returncode == 2 and "prd-jax data: error: no benchmark named" in usage.stderr
+
+
+# -- --catalog FILE: a private mirror's repo, revision, checksums and row counts
+
+def _write(path: Path, spec) -> str:
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec))
+    return str(path)
+
+
+def _gsm8k_override(**extra) -> dict:
+    return {"gsm8k": {"sha256": {f"main/{s}-00000-of-00001.parquet": hashlib.sha256(
+        FIXTURES[("openai/gsm8k", f"main/{s}-00000-of-00001.parquet")]).hexdigest() for s in ("train", "test")},
+        "rows": {"train": 2, "test": 1}, **extra}}
+
+
+def test_catalog_override_is_used_and_recorded(mirror, tmp_path):
+    spec = _gsm8k_override()
+    file = _write(tmp_path / "mirror.json", spec)
+    said = []
+    entries = download.get(["gsm8k"], str(tmp_path / "data"), endpoint=mirror.url, catalog_file=file,
+                           say=said.append)  # the built-in catalog refuses these bytes (test_cli_data_get_and_list)
+    assert read_jsonl(tmp_path / "data/math/gsm8k_test.jsonl") == EXPECTED["math/gsm8k_test.jsonl"]
+    assert said == [f"gsm8k: train 2 rows, test 1 rows (openai/gsm8k@740312add88f) -> {tmp_path / 'data'} "
+                    f"[catalog: {file}]"]
+    manifest = json.loads((tmp_path / "data" / download.MANIFEST).read_text())
+    record = {"path": file, "sha256": hashlib.sha256((tmp_path / "mirror.json").read_bytes()).hexdigest(),
+              "keys": ["sha256", "rows"]}
+    assert manifest["gsm8k"]["catalog_override"] == entries["gsm8k"]["catalog_override"] == record
+    assert all(f["sha256_pinned"] for f in manifest["gsm8k"]["files"])
+    # only the keys named change: a wrong override checksum is refused and names the file
+    spec["gsm8k"]["sha256"]["main/test-00000-of-00001.parquet"] = "1" * 64
+    bad = _write(tmp_path / "bad.json", spec)
+    with pytest.raises(download.DataError, match=rf"expected 1{{64}} \(pinned in {re.escape(bad)}\); refusing it"):
+        download.get(["gsm8k"], str(tmp_path / "other"), endpoint=mirror.url, catalog_file=bad, say=lambda s: None)
+    # repo and revision: the mirror serves gsm8k under another name, on a branch
+    with HubMirror() as private:
+        private.add("acme/gsm8k-copy", "main/train-00000-of-00001.parquet",
+                    FIXTURES[("openai/gsm8k", "main/train-00000-of-00001.parquet")], "ab" * 20)
+        moved = _write(tmp_path / "moved.json", {"gsm8k": {**_gsm8k_override()["gsm8k"], "repo": "acme/gsm8k-copy",
+                                                           "revision": "main"}})
+        got = download.get(["gsm8k"], str(tmp_path / "moved"), splits=["train"], endpoint=private.url,
+                           catalog_file=moved, say=lambda s: None)["gsm8k"]
+    assert (got["repo"], got["revision"], got["revision_pinned"], got["commit"]) == \
+        ("acme/gsm8k-copy", "main", False, "ab" * 20)
+    assert read_jsonl(tmp_path / "moved/math/gsm8k_train.jsonl") == EXPECTED["math/gsm8k_train.jsonl"]
+    # `data list --catalog` shows the overridden values; without it, the built-in ones
+    rows = {r["benchmark"]: r for r in download.list_rows(str(tmp_path / "data"), catalog_file=moved)}
+    assert (rows["gsm8k"]["repo"], rows["gsm8k"]["rows"], rows["gsm8k"]["catalog"]) == \
+        ("acme/gsm8k-copy", {"train": 2, "test": 1}, moved)
+    assert rows["math500"]["catalog"] == catalog.BUILT_IN and rows["math500"]["rows"] == {"test": 500}
+    assert download.format_list(list(rows.values())).splitlines()[-2] == \
+        f"catalog: gsm8k from {moved}; the rest built in"
+    assert download.list_rows(str(tmp_path / "data"))[0]["rows"] == {"train": 7473, "test": 1319}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"gsm9k": {"rows": {"test": 1}}}, r"benchmark='gsm9k'; allowed: \['gsm8k', 'math500', .*'codecontests'\]$"),
+    ({"gsm8k": {"checksum": {}}}, r"gsm8k: key='checksum'; allowed: \['repo', 'revision', 'sha256', 'rows'\]$"),
+    ({"gsm8k": {"rows": {"dev": 1}}}, r"gsm8k: rows split='dev'; allowed: \['train', 'test'\]$"),
+    ({"gsm8k": {"rows": {"test": "1319"}}}, r"gsm8k: rows of 'test' = '1319'; allowed: an integer >= 0$"),
+    ({"gsm8k": {"sha256": {"test.parquet": "0" * 64}}},
+     r"gsm8k: sha256 file='test.parquet'; allowed: \['main/train-00000-of-00001.parquet', 'main/test-"),
+    ({"gsm8k": {"sha256": {"main/test-00000-of-00001.parquet": "abc"}}}, r"allowed: 64 lowercase hex digits"),
+    ({"gsm8k": {"repo": "gsm8k"}}, r"gsm8k: repo='gsm8k'; allowed: 'owner/name'$"),
+    ("{not json", r"not JSON \(Expecting property name enclosed in double quotes: line 1 column 2"),
+    ([], r"expected a non-empty object"),
+])
+def test_bad_catalog_is_a_one_line_error(tmp_path, spec, message):
+    file = _write(tmp_path / "c.json", spec)
+    with pytest.raises(catalog.CatalogError, match=rf"^--catalog {re.escape(file)}: .*{message}") as err:
+        download.get(["gsm8k"], str(tmp_path / "data"), catalog_file=file, say=lambda s: None)
+    assert "\n" not in str(err.value) and not (tmp_path / "data").exists()  # refused before anything is fetched
+    with pytest.raises(catalog.CatalogError, match=message):
+        download.list_rows(str(tmp_path / "data"), catalog_file=file)
+
+
+def test_cli_bad_catalog(tmp_path):
+    env = {"PRD_DATA_DIR": str(tmp_path / "data"), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    cases = {"missing": (str(tmp_path / "nope.json"), "cannot read it (No such file or directory)"),
+             "unknown": (_write(tmp_path / "u.json", {"gsm8k": {"revison": "main"}}),
+                         "gsm8k: key='revison'; allowed: ['repo', 'revision', 'sha256', 'rows']"),
+             "json": (_write(tmp_path / "j.json", "{,}"), "not JSON")}
+    for action in (["get", "gsm8k"], ["list"]):
+        for name, (file, message) in cases.items():
+            done = _cli(["data", *action, "--catalog", file], env)
+            assert done.returncode == 2, (action, name, done.stderr)
+            assert done.stderr.count("\n") == 1, done.stderr
+            assert done.stderr.startswith(f"prd-jax data: error: --catalog {file}: "), done.stderr
+            assert message in done.stderr, done.stderr
+    assert not (tmp_path / "data").exists()
+
+
+# -- the standalone mirror, publishing the shared data, and `prd-jax data get` from the command line
+
+@pytest.fixture
+def standalone_mirror(tmp_path):
+    """`python tests/hub_mirror.py ... --from-data-dir <shared data> gsm8k` in a subprocess: (url, catalog file)."""
+    if not SHARED.is_dir():
+        pytest.skip("no shared data dir beside the repository")
+    catalog_file = tmp_path / "mirror" / "catalog.json"
+    catalog_file.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "tests/hub_mirror.py", "--port", "0", "--root", str(tmp_path / "mirror"),
+                             "--write-catalog", str(catalog_file), "--from-data-dir", str(SHARED), "gsm8k"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, proc.poll() is not None and proc.stderr.read())
+        assert proc.stdout.readline().startswith("serving gsm8k (train 7473, test 1319 rows); catalog: ")
+        yield url, catalog_file
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_standalone_mirror_and_cli_reproduce_the_shared_gsm8k(standalone_mirror, tmp_path):
+    url, catalog_file = standalone_mirror
+    spec = json.loads(catalog_file.read_text())
+    assert list(spec) == ["gsm8k"] and spec["gsm8k"]["rows"] == {"train": 7473, "test": 1319}
+    assert sorted(spec["gsm8k"]["sha256"]) == ["main/test-00000-of-00001.parquet", "main/train-00000-of-00001.parquet"]
+    served = tmp_path / "mirror/datasets/openai/gsm8k/main/test-00000-of-00001.parquet"
+    assert hashlib.sha256(served.read_bytes()).hexdigest() == spec["gsm8k"]["sha256"]["main/test-00000-of-00001.parquet"]
+    assert pq.read_schema(served).names == ["question", "answer"]
+    out = tmp_path / "out"
+    env = {"HF_ENDPOINT": url, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "NO_PROXY": ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1"]))}
+    refused = _cli(["data", "get", "gsm8k", "--dir", str(out)], env)  # the real pins refuse the mirror's parquet
+    assert refused.returncode == 2 and "(pinned in prd_jax/data/catalog.py); refusing it" in refused.stderr
+    done = _cli(["data", "get", "gsm8k", "--dir", str(out), "--catalog", str(catalog_file)], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"gsm8k: train 7473 rows, test 1319 rows (openai/gsm8k@740312add88f) -> {out} "
+                           f"[catalog: {catalog_file}]\n")
+    for split in ("train", "test"):
+        rel = f"math/gsm8k_{split}.jsonl"
+        assert read_jsonl(out / rel) == read_jsonl(SHARED / rel), rel
+    manifest = json.loads((out / download.MANIFEST).read_text())["gsm8k"]
+    assert manifest["catalog_override"] == {"path": str(catalog_file), "keys": ["repo", "revision", "rows", "sha256"],
+                                            "sha256": hashlib.sha256(catalog_file.read_bytes()).hexdigest()}
+    assert manifest["endpoint"] == url
+    listed = _cli(["data", "list", "--dir", str(out), "--catalog", str(catalog_file)], env)
+    assert listed.returncode == 0 and listed.stdout.splitlines()[0].startswith("gsm8k          present ")
+    assert listed.stdout.splitlines()[-2] == f"catalog: gsm8k from {catalog_file}; the rest built in"
+
+
+def test_mirror_publishes_every_convertible_benchmark_from_a_data_dir(tmp_path):
+    """Each publisher (hub_mirror.PUBLISHERS) inverts its converter: the shared data, published and
+    fetched back through `--catalog`, is what was there (the shared copy has no train split of MATH-500 etc.)."""
+    if not SHARED.is_dir():
+        pytest.skip("no shared data dir beside the repository")
+    with HubMirror() as m:
+        spec = m.publish([], str(SHARED))
+        assert sorted(spec) == ["aime2024", "aime2025", "gsm8k", "humaneval", "math500"]
+        file = _write(tmp_path / "mirror.json", spec)
+        download.get(list(spec), str(tmp_path / "data"), endpoint=m.url, catalog_file=file, say=lambda s: None)
+    for b in catalog.BENCHMARKS:
+        for s in b.splits if b.name in spec else ():
+            assert read_jsonl(tmp_path / "data" / s.dest) == read_jsonl(SHARED / s.dest), s.dest
+    assert spec["aime2025"]["rows"] == {"test": 30} and len(spec["aime2025"]["sha256"]) == 2

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
+import json
 import os
 import re
 from typing import Optional
 
-__all__ = ["BENCHMARKS", "Benchmark", "File", "Split", "benchmark", "for_task", "names"]
+__all__ = ["BENCHMARKS", "BUILT_IN", "OVERRIDE_KEYS", "Benchmark", "CatalogError", "File", "Override", "Split", "benchmark",
+           "for_task", "load_override", "names"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+BUILT_IN = "prd_jax/data/catalog.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Benchmark:
     convert: Optional[str] = None
     default_splits: tuple = ()  # () = every split
     note: str = ""
+    source: str = BUILT_IN  # where repo, revision, sha256 and rows were set (BUILT_IN or a file)
 
     @property
     def pinned(self) -> bool:
@@ -205,3 +210,96 @@ def for_task(task_name: str, benchmarks: tuple = BENCHMARKS) -> Optional[Benchma
         if task_name in b.tasks:
             return b
     return None
+
+
+# -- overrides: `prd-jax data get | list --catalog FILE` (a private mirror, or a loopback test mirror)
+
+OVERRIDE_KEYS = ("repo", "revision", "sha256", "rows")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class CatalogError(ValueError):
+    """A catalog override file that cannot be used (one line: file, benchmark, key, what is allowed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """The catalog after a JSON override file: `benchmarks` (every benchmark; the overridden ones
+    with `source` = the file), the file's `path` and `sha256`, and `keys`: {benchmark: keys set}."""
+
+    benchmarks: tuple
+    path: str
+    sha256: str
+    keys: dict
+
+    def record(self, name: str) -> dict:
+        """What the manifest records for benchmark `name` fetched under this override."""
+        return {"path": self.path, "sha256": self.sha256, "keys": list(self.keys.get(name, ()))}
+
+
+def _apply(b: Benchmark, spec: dict, where: str) -> Benchmark:
+    """`b` with the keys of `spec` (validated) replaced; CatalogError naming the key otherwise."""
+    if not isinstance(spec, dict):
+        raise CatalogError(f"{where}: expected an object with keys among {list(OVERRIDE_KEYS)}, got {spec!r}")
+    unknown = [k for k in spec if k not in OVERRIDE_KEYS]
+    if unknown:
+        raise CatalogError(f"{where}: key={unknown[0]!r}; allowed: {list(OVERRIDE_KEYS)}")
+    change = {}
+    if "repo" in spec:
+        if not isinstance(spec["repo"], str) or not _REPO.fullmatch(spec["repo"]):
+            raise CatalogError(f"{where}: repo={spec['repo']!r}; allowed: 'owner/name'")
+        change["repo"] = spec["repo"]
+    if "revision" in spec:
+        if not isinstance(spec["revision"], str) or not spec["revision"].strip() or "/" in spec["revision"]:
+            raise CatalogError(f"{where}: revision={spec['revision']!r}; allowed: a 40-hex commit or a branch name")
+        change["revision"] = spec["revision"]
+    paths = [f.path for s in b.splits for f in s.files]
+    sha = spec.get("sha256", {})
+    if not isinstance(sha, dict):
+        raise CatalogError(f"{where}: sha256 must map file paths to sha256 hex digests, got {sha!r}")
+    for path, digest in sha.items():
+        if path not in paths:
+            raise CatalogError(f"{where}: sha256 file={path!r}; allowed: {paths}")
+        if not isinstance(digest, str) or not (digest == "" or _SHA256.fullmatch(digest)):
+            raise CatalogError(f"{where}: sha256 of {path!r} = {digest!r}; allowed: 64 lowercase hex digits, "
+                               f"or \"\" (not checked)")
+    rows = spec.get("rows", {})
+    if not isinstance(rows, dict):
+        raise CatalogError(f"{where}: rows must map split names to row counts, got {rows!r}")
+    for split, n in rows.items():
+        if split not in b.split_names:
+            raise CatalogError(f"{where}: rows split={split!r}; allowed: {list(b.split_names)}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise CatalogError(f"{where}: rows of {split!r} = {n!r}; allowed: an integer >= 0")
+    splits = tuple(dataclasses.replace(
+        s, rows=rows.get(s.name, s.rows),
+        files=tuple(dataclasses.replace(f, sha256=sha.get(f.path, f.sha256)) for f in s.files)) for s in b.splits)
+    return dataclasses.replace(b, splits=splits, **change)
+
+
+def load_override(path: str, benchmarks: tuple = BENCHMARKS) -> Override:
+    """Read the JSON override file `path`: {benchmark: {"repo": "owner/name", "revision": commit or
+    branch, "sha256": {file path in the repo: hex digest}, "rows": {split: count}}}, each key optional,
+    each inner map naming only what it changes. CatalogError (one line) when the file is missing, not
+    JSON, or names a benchmark, key, file or split the catalog does not have."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CatalogError(f"--catalog {path}: cannot read it ({e.strerror or type(e).__name__})") from e
+    try:
+        spec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CatalogError(f"--catalog {path}: not JSON ({e})") from e
+    allowed = [b.name for b in benchmarks]
+    if not isinstance(spec, dict) or not spec:
+        raise CatalogError(f"--catalog {path}: expected a non-empty object {{benchmark: overrides}} with "
+                           f"benchmarks among {allowed}")
+    unknown = [n for n in spec if n not in allowed]
+    if unknown:
+        raise CatalogError(f"--catalog {path}: benchmark={unknown[0]!r}; allowed: {allowed}")
+    out = tuple(dataclasses.replace(_apply(b, spec[b.name], f"--catalog {path}: {b.name}"), source=path)
+                if b.name in spec else b for b in benchmarks)
+    return Override(out, os.path.abspath(path), hashlib.sha256(raw).hexdigest(),
+                    {n: tuple(spec[n]) for n in spec})

@@ -4,6 +4,8 @@ dir, in the layout the tasks read (`data.catalog`), and report what is there.
     prd-jax data get gsm8k math500           # or --all; --dir D (default: data.paths.data_dir's choice)
     prd-jax data get codecontests --split train
     prd-jax data list [--dir D] [--json]
+    HF_ENDPOINT=https://mirror.example prd-jax data get gsm8k --catalog my_mirror.json
+
 
 Each file is fetched with `huggingface_hub.hf_hub_download` at the catalog's revision (the endpoint
 is `HF_ENDPOINT`, or `endpoint=`), into `<data dir>/.prd_download/`; its sha256 is checked against
@@ -13,6 +15,10 @@ a benchmark checks out are its outputs moved into place (temp file + rename each
 interrupted download leaves what was there. `<data dir>/.prd_manifest.json` records, per
 benchmark, the repo, revision and commit fetched, each file's sha256 and size, each output's rows
 and the time.
+
+`--catalog FILE` (`catalog.load_override`) replaces, for the benchmarks the JSON file names, their
+repo, revision, pinned sha256s or row counts (a private mirror's); the manifest then records the
+file's path and sha256 under `catalog_override`, and a checksum refusal names the file.
 """
 
 from __future__ import annotations
@@ -140,7 +146,7 @@ def _check_sha(bench, file, local: str) -> str:
     if file.sha256 and got != file.sha256:
         os.remove(local)  # never keep bytes that failed verification
         raise DataError(f"{bench.name}: {bench.repo}@{bench.revision}:{file.path} has sha256 {got}; "
-                        f"expected {file.sha256} (pinned in prd_jax/data/catalog.py); refusing it")
+                        f"expected {file.sha256} (pinned in {bench.source}); refusing it")
     return got
 
 
@@ -178,7 +184,8 @@ def _get_one(bench: catalog.Benchmark, root: str, splits: Sequence[str], endpoin
             os.replace(payload, dest)
     shutil.rmtree(staging, ignore_errors=True)
     counts = ", ".join(f"{name} {out['rows']} rows" for name, out in outputs.items())
-    say(f"{bench.name}: {counts} ({bench.repo}@{bench.revision[:12]}) -> {root}")
+    via = "" if bench.source == catalog.BUILT_IN else f" [catalog: {bench.source}]"
+    say(f"{bench.name}: {counts} ({bench.repo}@{bench.revision[:12]}) -> {root}{via}")
     return {"repo": bench.repo, "revision": bench.revision, "revision_pinned": bench.pinned,
             "commit": sorted(commits)[0] if len(commits) == 1 else sorted(commits), "files": files,
             "outputs": outputs, "endpoint": endpoint or os.environ.get("HF_ENDPOINT", "https://huggingface.co"),
@@ -187,10 +194,14 @@ def _get_one(bench: catalog.Benchmark, root: str, splits: Sequence[str], endpoin
 
 def get(names: Sequence[str], data_dir: Optional[str] = None, *, splits: Sequence[str] = (),
         endpoint: Optional[str] = None, benchmarks: tuple = catalog.BENCHMARKS,
-        say: Callable[[str], None] = print) -> dict:
+        catalog_file: Optional[str] = None, say: Callable[[str], None] = print) -> dict:
     """Fetch, verify and write the benchmarks `names` (see the module docstring) into `data_dir`
     (`paths.resolve_data_dir`; created when missing). `splits` narrows each benchmark's splits
-    (default: its `default_splits`). Returns {name: manifest entry}. DataError on any failure."""
+    (default: its `default_splits`); `catalog_file` overrides `benchmarks` (`catalog.load_override`).
+    Returns {name: manifest entry}. DataError (CatalogError for the file) on any failure."""
+    override = catalog.load_override(catalog_file, benchmarks) if catalog_file else None
+    if override:
+        benchmarks = override.benchmarks
     if not names:
         raise DataError(f"no benchmark named; give one or more of {[b.name for b in benchmarks]} or --all")
     chosen = [catalog.benchmark(n, benchmarks) for n in dict.fromkeys(names)]
@@ -201,6 +212,8 @@ def get(names: Sequence[str], data_dir: Optional[str] = None, *, splits: Sequenc
     done = {}
     for b in chosen:
         done[b.name] = _get_one(b, root, splits, endpoint, say)
+        if override:
+            done[b.name]["catalog_override"] = override.record(b.name)
         manifest = read_manifest(root)
         old = manifest.get(b.name, {})
         if old.get("revision") == b.revision:  # keep other splits fetched earlier at this revision
@@ -217,9 +230,13 @@ def get(names: Sequence[str], data_dir: Optional[str] = None, *, splits: Sequenc
     return done
 
 
-def list_rows(data_dir: Optional[str] = None, benchmarks: tuple = catalog.BENCHMARKS) -> list:
+def list_rows(data_dir: Optional[str] = None, benchmarks: tuple = catalog.BENCHMARKS,
+              catalog_file: Optional[str] = None) -> list:
     """One record per benchmark for `data list`: source, revision (pinned or not), rows per split,
-    licence, the splits present under the data dir, and what the manifest says was fetched."""
+    licence, the splits present under the data dir, what the manifest says was fetched, and where
+    its catalog values come from (`catalog`: the built-in table or the `catalog_file` override)."""
+    if catalog_file:
+        benchmarks = catalog.load_override(catalog_file, benchmarks).benchmarks
     root, source = paths.resolve_data_dir(data_dir)
     manifest = read_manifest(root) if os.path.isdir(root) else {}
     out = []
@@ -231,7 +248,7 @@ def list_rows(data_dir: Optional[str] = None, benchmarks: tuple = catalog.BENCHM
                     "files": sum(len(s.files) for s in b.splits), "rows": {s.name: s.rows for s in b.splits},
                     "licence": b.licence, "present": present, "tasks": list(b.tasks),
                     "fetched": (entry or {}).get("fetched_at"), "commit": (entry or {}).get("commit"),
-                    "data_dir": root, "data_dir_from": source})
+                    "catalog": b.source, "data_dir": root, "data_dir_from": source})
     return out
 
 
@@ -251,6 +268,9 @@ def format_list(records: list) -> str:
         lines.append(f"{r['benchmark']:<14} {present:<16} {r['repo']}@{rev}  rows: {rows}  "
                      f"sha256 pinned {r['sha256_pinned']}/{r['files']}  licence: {r['licence']}"
                      + (f"  [{fetched}]" if fetched else ""))
+    overridden = {r["benchmark"]: r["catalog"] for r in records if r.get("catalog", catalog.BUILT_IN) != catalog.BUILT_IN}
+    if overridden:
+        lines.append(f"catalog: {', '.join(overridden)} from {next(iter(overridden.values()))}; the rest built in")
     if records:
         lines.append(f"data dir: {records[0]['data_dir']} (from {records[0]['data_dir_from']})")
     return "\n".join(lines)
@@ -259,10 +279,10 @@ def format_list(records: list) -> str:
 def main(args) -> None:
     """`prd-jax data ACTION` (cli.py builds the parser)."""
     if args.data_action == "list":
-        records = list_rows(args.dir)
+        records = list_rows(args.dir, catalog_file=getattr(args, "catalog", None))
         print(json.dumps(records) if args.json else format_list(records))
         return
     names = catalog.names() if args.all else list(args.names)
     if args.all and args.names:
         raise DataError("give benchmark names or --all, not both")
-    get(names, args.dir, splits=args.split or ())
+    get(names, args.dir, splits=args.split or (), catalog_file=getattr(args, "catalog", None))
