@@ -89,10 +89,10 @@ def test_remote_backend_takes_the_tokenizer_from_the_environment(monkeypatch):
                                       ("gptoss20b_v1_infer", "codecontests,v5p-128"),
                                       ("gptoss20b_v1_infer", "codecontests,v5p-64"),
                                       ("qwen3_4b_v1_matched_calls", "livecodebench_v6,8xh200"),
-                                      ("qwen3_4b_v1_after_rl", "livecodebench_v5,v5p-128")])
+                                      ("qwen3_4b_v1_after_rl", "pairrl,livecodebench_v5,v5p-128")])
 def test_in_graph_args_declare_a_target_their_mesh_fills(name, arg):
     config = _eval(name, arg)
-    devices = DEVICES[arg.split(",")[1]]
+    devices = DEVICES[arg.split(",")[-1]]
     assert parse_target(config.target).devices == devices == math.prod(parse_mesh_shape(config.mesh).values())
     assert config.dtype == "bfloat16" and config.model in ("gpt-oss-20b", "qwen3-4b-instruct-2507")
 
@@ -139,13 +139,14 @@ def test_missing_claims_each_have_a_config():
 
 
 def test_after_rl_eval_is_v1_infer_at_2x_on_code():
+    """PairRL's rows: Pass@1 and V1-Infer at 1x and 2x (the per-policy selectors: test_v1_comparisons)."""
     for bench in ("livecodebench_v5", "livecodebench_v6", "codecontests"):
-        config = _eval("qwen3_4b_v1_after_rl", bench)
+        config = _eval("qwen3_4b_v1_after_rl", f"pairrl,{bench}")
         _check_common(config, bench)
         v1 = [s for s in _specs(config) if getattr(s, "selector", "") == "pairwise_v1"]
-        assert [(s.n, s.judge.budget_multiple) for s in v1] == [(16, 2)]
+        assert [(s.n, s.judge.budget_multiple) for s in v1] == [(16, 1), (16, 2)]
     with pytest.raises(ValueError, match="qwen3_4b_v1_after_rl.py.*allowed"):
-        _eval("qwen3_4b_v1_after_rl", "hmmt_feb2025")
+        _eval("qwen3_4b_v1_after_rl", "pairrl,hmmt_feb2025")
 
 
 @pytest.mark.parametrize("name,bad", [("gptoss20b_v1_infer", "aime2025"), ("gptoss20b_v1_infer", "codecontests,tpu"),
