@@ -36,6 +36,7 @@ from prd_jax.host import is_main, on_main, to_host
 from prd_jax.mesh import init_distributed, make_mesh
 from prd_jax.model import load
 from prd_jax.operators import registry
+from prd_jax.operators.budget import JUDGE_CALLS
 from prd_jax.plots import pareto_plot
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts, encode_problems, make_context, run_operator
@@ -108,19 +109,22 @@ def latest_rows(rows: Iterable[dict]) -> list:
     return list(last.values())
 
 
-BUDGETS = ("b_seq", "b_total", "b_seq_io", "b_total_io")
+# b_seq_no_judge: B_seq without a selector's rating / judge calls, the other reading (`operators.budget`)
+BUDGETS = ("b_seq", "b_total", "b_seq_io", "b_total_io", "b_seq_no_judge")
 
 
 def row_budgets(row: dict) -> dict:
-    """The four budgets of a results row, from its per-call records when it has them."""
+    """The budgets of a results row (`BUDGETS`), from its per-call records when it has them."""
     calls = row.get("calls")
     if not calls:
         return {k: row[k] for k in BUDGETS if k in row}
     out = [c["out_tokens"] for c in calls]
     both = [c["in_tokens"] + c["out_tokens"] for c in calls]
     acc = [bool(c["accepted"]) for c in calls]
+    gen = [c.get("name") not in JUDGE_CALLS for c in calls]
     return {"b_seq": sum(o for o, a in zip(out, acc) if a), "b_total": sum(out),
-            "b_seq_io": sum(t for t, a in zip(both, acc) if a), "b_total_io": sum(both)}
+            "b_seq_io": sum(t for t, a in zip(both, acc) if a), "b_total_io": sum(both),
+            "b_seq_no_judge": sum(o for o, a, g in zip(out, acc, gen) if a and g)}
 
 
 def summarize(rows: Iterable[dict]) -> list:
@@ -161,7 +165,7 @@ def summarize(rows: Iterable[dict]) -> list:
             "ci95": 1.96 * float(np.std(per_problem, ddof=1) / np.sqrt(len(per_problem)))
             if len(per_problem) > 1 else float("nan"),
             "pass_at_k": mean([any(r["correct"] for r in rs) for rs in problems.values()]),
-            **{b: mean([r[b] for r in budgets]) for b in BUDGETS},
+            **{b: mean([r[b] for r in budgets if b in r]) for b in BUDGETS},
             "parse_failures": int(sum(not r["parsed"] for r in all_rows)),
             "truncations": int(sum(r.get("truncations", 0) for r in all_rows)),
             "judge_unparsed": int(sum(r.get("judge_unparsed", 0) for r in all_rows)),
@@ -326,7 +330,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 "problem_id": chunk[j]["id"], "operator": spec.label, "sample": sample,
                                 "task": task.name, "answer": g.get("answer"), "correct": bool(g["correct"]),
                                 "parsed": bool(g["parsed"]), **extra,
-                                **{b: int(getattr(res, b)[i]) for b in BUDGETS},
+                                **{b: int(getattr(res.calls, b)[i]) for b in BUDGETS},
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),
                                 "calls": _calls_rows(res.calls, i), "completion": text, "model": served,

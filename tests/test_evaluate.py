@@ -42,6 +42,19 @@ def test_summary_budgets_come_from_the_call_records():
     assert (t["b_seq"], t["b_total"], t["b_seq_io"], t["b_total_io"]) == (9, 18, 36, 52)
 
 
+def test_b_seq_no_judge_leaves_out_rating_and_judge_calls_on_the_path():
+    calls = [{"name": "draft", "in_tokens": 7, "out_tokens": 5, "accepted": True},
+             {"name": "rating", "in_tokens": 9, "out_tokens": 3, "accepted": True},
+             {"name": "rating", "in_tokens": 9, "out_tokens": 6, "accepted": False},
+             {"name": "judge", "in_tokens": 11, "out_tokens": 2, "accepted": True},
+             {"name": "summary", "in_tokens": 30, "out_tokens": 8, "accepted": True},
+             {"name": "refine", "in_tokens": 20, "out_tokens": 4, "accepted": True}]
+    (t,) = summarize([dict(row("a", "op", 0, True), calls=calls)])
+    assert t["b_seq"] == 5 + 3 + 2 + 8 + 4  # default: the ranker's calls on the path count
+    assert t["b_seq_no_judge"] == 5 + 8 + 4  # the other reading: generation calls only
+    assert t["b_total"] == 28
+
+
 def test_build_spec_and_overrides_validate():
     spec = build_spec({"type": "pdr", "schedule": [8, 4, 1], "k": 2})
     assert isinstance(spec, PDR) and spec.schedule == (8, 4, 1)

@@ -163,6 +163,14 @@ def test_pdr_self_pointwise_counts_rating_calls():
     assert io(res) == (draft + refine + refine + 2 * judge, 4 * draft + 2 * refine + refine + (4 + 2) * judge)
     assert b_total == 7 * N + (4 + 2) * judge_out
     assert b_seq == 3 * N + 2 * judge_out  # the accepted candidate's rating call, per round
+    # the other reading: generation calls alone on the path (draft, refine, refine)
+    assert int(res.calls.b_seq_no_judge[0]) == 3 * N
+
+
+@pytest.mark.parametrize("spec", [LongCoT(N), SR(2, False, N, CMAX, HEAD)], ids=["long_cot", "sr"])
+def test_b_seq_readings_agree_without_a_ranker(spec):
+    res, b_seq, _ = run(spec)
+    assert int(res.calls.b_seq_no_judge[0]) == b_seq == (1 if isinstance(spec, LongCoT) else 3) * N
 
 
 def test_oracle_correct_admits_exactly_the_correct_candidate():
