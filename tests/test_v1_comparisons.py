@@ -103,7 +103,7 @@ def test_documented_after_rl_commands_give_each_trained_policy_its_checkpoint():
 # ----------------------------------------------------------------------------- the code average
 
 def test_matched_calls_runs_every_code_benchmark_and_averages_them():
-    text = open(MATCHED).read()
+    text = open(MATCHED).read().replace("\\\\\n", " ")  # continuation lines joined
     workdirs = dict(re.findall(r"prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls\.py:(\w+) "
                                r"--workdir (\S+)", text))
     assert set(workdirs) == set(CODE)

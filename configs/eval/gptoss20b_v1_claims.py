@@ -35,9 +35,17 @@ Command to run (server as in configs/eval/gptoss20b_v1_infer.py):
     prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:rsa_decay --workdir runs/gptoss20b_rsa_decay
     prd-jax eval --config configs/eval/gptoss20b_v1_claims.py:difficulty --workdir runs/gptoss20b_difficulty
 
-Expected (paper, V1 §4 as issue 33 quotes it): "+23.7% on hard" problems for the split. For
-the top-1 self-ranking accuracy (§3) and RSA's Pass@N decay the text we have gives no figure
-we could verify. Ours: not yet run.
+Expected (paper):
+- `difficulty` (V1 §4): "+23.7%: On hard LCB-v6 problems, pairwise verification with a 3x budget
+  raises accuracy from 40.2% Pass@1 to 63.9%." "The reported gain is larger than the improvement
+  on medium-difficulty problems, while easy problems already reach 99.3% Pass@1." (Our reading:
+  `long_cot`'s hard row against `pairwise_v1` m = 3's, GPT-OSS-20B's; the quote names neither the
+  baseline operator nor the model; the medium gain has no figure.)
+- `self_ranking` (V1 §3): "Pairwise judgments provide relative comparisons and yield higher top-1
+  self-ranking accuracy than pointwise scoring." (no figure in the text we have).
+- `rsa_decay` (V1 §3): "Self-aggregation combines parallel solutions but can monotonically reduce
+  Pass@N as aggregation steps increase." (no figure in the text we have).
+- `pass_at_n`: the paper gives no figure for it. Ours: not yet run.
 """
 
 import importlib.util

@@ -8,7 +8,7 @@ Arg `BENCH[,BACKEND]`: BENCH is codecontests (default), livecodebench_v5, liveco
 hmmt_feb2025; BACKEND is remote (default: a served model), 8xh200, v5p-128 or v5p-64 (in-graph,
 model `gpt-oss-20b`). Settings shared with the other V1 configs, what is ours and how the tokenizer /
 weights are found (GPT_OSS_20B_DIR): configs/eval/v1_paper.py. Paper's: N = 16, m = 1, 2, 3,
-d_min = 2, h = 8, tau = 0.1, top-p 0.95, T = 0.6 on code and 1.0 on HMMT (V1 §4).
+d_min = 2, h = 8, tau = 0.1, top-p 0.95, T = 0.6 on code and 1.0 on HMMT (V1 App. C.1).
 
 Command to run (start the server first, either one; GPT_OSS_20B_DIR is the HF checkpoint dir
 holding tokenizer.json and the chat template):
@@ -37,11 +37,14 @@ codecontests,v5p-64 (largest 12.14 of 102.80; docs/results/2026-12-04-aot-fit-5.
 ESTIMATE in-graph (`prd-jax compile --estimate`, roofline, a floor), codecontests,8xh200 at 32
 rows in flight per call: at most 1.0e9 generated tokens, 18 h; the pod now keeps 4 in flight, so longer.
 
-Expected (paper, V1 §4 as issue 33 quotes it): "On CodeContests, GPT-OSS-20B improves from
-66.06% to 73.33%"; "+8.6% on LiveCodeBench-v5"; "+10.0% on HMMT"; abstract: "V1-Infer improves
-Pass@1 by up to 10% over pointwise verification". Which baseline (pointwise or Pass@1) and which
-budget m each figure compares is not stated in the text we have; for LiveCodeBench v6 at 1x-3x
-the paper gives no figure we could verify. Ours: not yet run.
+Expected (paper, V1 §4): "+7.3%: On CodeContests, GPT-OSS-20B improves from 66.06% to 73.33%
+with V1-Infer versus pointwise verification." "Other reported gains include +8.6% and +10.0% for
+GPT-OSS-20B on LiveCodeBench-v5 and HMMT, respectively." So the baseline is pointwise verification
+(`self_pointwise` against `pairwise_v1`); at which budget m each figure is reached is not stated in
+the text we have. Summary: "V1-Infer improves Pass@1 by up to 10% over pointwise verification".
+For LiveCodeBench v6, and for `long_cot`, the paper gives no GPT-OSS-20B figure in the text we
+have (the 76% on LiveCodeBench-v6, its model not named: configs/eval/gptoss20b_v1_vs_rsa.py).
+Ours: not yet run.
 
 Open (ours): GPT-OSS writes its reasoning in an analysis channel, not a `</think>` block, so a
 judge sees a candidate's reasoning too (head + tail kept, the final program or answer at the

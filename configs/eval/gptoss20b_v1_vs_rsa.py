@@ -28,10 +28,11 @@ Request ESTIMATE (`prd-jax compile --estimate`, stand-in tokenizer, upper bounds
 requests, 2.0e10 prompt and 1.8e10 completion tokens; RSA at T = 4 alone is 5.6e9 completion
 tokens against V1's 2.0e9.
 
-Expected (paper, V1 §4 as issue 33 quotes it): "76% Pass@1 on LiveCodeBench-v6 with N=16 and
-48 verification calls". RSA's own figure at each loop count on this benchmark is not in the
-text we have; whether the 76% is GPT-OSS-20B's is our reading (the quote names no model).
-Ours: not yet run.
+Expected (paper, V1 §4): "76% Pass@1: V1-Infer reaches this accuracy on LiveCodeBench-v6 with
+N=16 and only 48 verification calls, exceeding RSA's maximum accuracy with fewer calls." RSA's own
+figure at each loop count is not in the text we have (only that the 76% exceeds "RSA's maximum
+accuracy"); whether the 76% is GPT-OSS-20B's is our reading (the quote names no model). Ours: not
+yet run.
 """
 
 import importlib.util

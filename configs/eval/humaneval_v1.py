@@ -15,7 +15,7 @@ problem fully); judge unparsed 8 per judged operator (its ratings are forced).
 
 Paper scale (the arg is a model alias; the V1 paper's is Qwen3-4B-Instruct-2507): all 164
 problems, k = 4 (pass@1 and pass@4), N = 16, pairwise budget m*N with m in {1, 2, 3},
-code sampling T = 0.6, top-p 0.95 (V1 §4); for accelerators:
+code sampling T = 0.6, top-p 0.95 (V1 App. C.1); for accelerators:
     prd-jax eval --config configs/eval/humaneval_v1.py:qwen3-4b-instruct-2507 --workdir gs://.../he_v1 \
         --config.model_path=/ckpts/Qwen3-4B-Instruct-2507 --config.mesh=fsdp=2,tensor=4
 """
@@ -46,7 +46,7 @@ def get_config(arg=None):
     c.k_samples = 1 if cpu else 4
     c.batch_size = 2 if cpu else 8
     c.seed = 0
-    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0,  # V1 §4: code at T = 0.6, top-p 0.95
+    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0,  # V1 App. C.1: code at T = 0.6, top-p 0.95
                           max_rows=0 if cpu else 64).to_config()
     c.max_problem_tokens = 384 if cpu else 2048
     n = 2 if cpu else 16

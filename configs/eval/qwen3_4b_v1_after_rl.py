@@ -38,11 +38,16 @@ Remote, serve the policy (`prd-jax serve --workdir WORKDIR`, or `prd-jax export`
 Commands to run, in-graph on one 8xH200 node, one per policy and benchmark (workdirs as the RL
 configs' commands name them):
     export QWEN3_4B_DIR=/path/to/Qwen3-4B-Instruct-2507
-    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:base,livecodebench_v5,8xh200 --workdir runs/v1rl_base_lcb5
-    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:rl,livecodebench_v5,8xh200 --workdir runs/v1rl_rl_lcb5 --config.checkpoint=/ckpt/rl_qwen3_4b
-    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pointrl,livecodebench_v5,8xh200 --workdir runs/v1rl_pointrl_lcb5 --config.checkpoint=/ckpt/pointrl_qwen3_4b
-    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pairrl,livecodebench_v5,8xh200 --workdir runs/v1rl_pairrl_lcb5 --config.checkpoint=/ckpt/pairrl_qwen3_4b
-    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pairrl_frozen,livecodebench_v5,8xh200 --workdir runs/v1rl_frozen_lcb5 --config.checkpoint=/ckpt/pairrl_frozen@200
+    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:base,livecodebench_v5,8xh200 \\
+        --workdir runs/v1rl_base_lcb5
+    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:rl,livecodebench_v5,8xh200 \\
+        --workdir runs/v1rl_rl_lcb5 --config.checkpoint=/ckpt/rl_qwen3_4b
+    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pointrl,livecodebench_v5,8xh200 \\
+        --workdir runs/v1rl_pointrl_lcb5 --config.checkpoint=/ckpt/pointrl_qwen3_4b
+    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pairrl,livecodebench_v5,8xh200 \\
+        --workdir runs/v1rl_pairrl_lcb5 --config.checkpoint=/ckpt/pairrl_qwen3_4b
+    prd-jax eval --config configs/eval/qwen3_4b_v1_after_rl.py:pairrl_frozen,livecodebench_v5,8xh200 \\
+        --workdir runs/v1rl_frozen_lcb5 --config.checkpoint=/ckpt/pairrl_frozen@200
 and the same with livecodebench_v6 and codecontests. Served instead (one policy at a time):
     prd-jax export --workdir /ckpt/pairrl_qwen3_4b --out /ckpt/pairrl_export --dtype bfloat16
     vllm serve /ckpt/pairrl_export --served-model-name Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20 \\

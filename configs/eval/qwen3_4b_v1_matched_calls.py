@@ -29,10 +29,11 @@ once", App. C.1). Qwen3-4B-Instruct-2507 writes no thinking block, so no budget 
 Command to run:
     vllm serve Qwen/Qwen3-4B-Instruct-2507 --max-logprobs 20 --generation-config vllm
     export QWEN3_4B_DIR=/path/to/Qwen3-4B-Instruct-2507
-    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v5 --workdir runs/qwen3_4b_matched_lcb5
-    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6 --workdir runs/qwen3_4b_matched_lcb6
-    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:codecontests --workdir runs/qwen3_4b_matched_cc
-    python -m prd_jax.average_runs livecodebench_v5=runs/qwen3_4b_matched_lcb5 livecodebench_v6=runs/qwen3_4b_matched_lcb6 codecontests=runs/qwen3_4b_matched_cc --out runs/qwen3_4b_matched_average.md
+    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v5 --workdir runs/matched_lcb5
+    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6 --workdir runs/matched_lcb6
+    prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:codecontests --workdir runs/matched_cc
+    python -m prd_jax.average_runs livecodebench_v5=runs/matched_lcb5 livecodebench_v6=runs/matched_lcb6 \\
+        codecontests=runs/matched_cc --out runs/matched_average.md
 In-graph (likewise per benchmark, then the same average):
     prd-jax compile --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200 \\

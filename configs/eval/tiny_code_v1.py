@@ -9,7 +9,7 @@ task; each final program runs on the problem's public and private tests in the s
 timeout, runtime_error, compile_error; "error" when no program was written). Operators:
 best-of-N with N = 2 selected by the pairwise Swiss tournament (`pairwise_v1`, 1x N judge
 calls) and by pointwise self-verification (`self_pointwise`); code sampling T = 0.6,
-top-p 0.95 (V1 §4). Budgets are tiny (ours): 160 tokens per candidate, 16 per judge.
+top-p 0.95 (V1 App. C.1). Budgets are tiny (ours): 160 tokens per candidate, 16 per judge.
 
 Command to run:
     prd-jax eval --config configs/eval/tiny_code_v1.py --workdir /tmp/tiny_code_v1
@@ -42,7 +42,7 @@ def get_config(arg=None):
     c.k_samples = 1
     c.batch_size = 2
     c.seed = 0
-    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0).to_config()  # V1 §4: code at T = 0.6, top-p 0.95
+    c.sampling = Sampling(temperature=0.6, top_p=0.95, top_k=0).to_config()  # V1 App. C.1: code at T = 0.6, top-p 0.95
     c.max_problem_tokens = 256
     gen = 160
     common = dict(type="best_of_n", n=2, max_new_tokens=gen, candidate_max_tokens=gen, truncation_head=gen // 4)

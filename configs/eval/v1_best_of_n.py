@@ -1,7 +1,7 @@
 """V1 selection at matched generation: best-of-N with pointwise / pairwise_v1 / random pairing /
 round-robin / majority, and RSA with and without verify-and-prune (arXiv 2603.04304 §4, V1-Infer).
 
-Paper setting (default): N = 16 candidates, pairwise budget m*N with m in {1, 2, 3},
+Paper setting (default; V1 App. C.1): N = 16 candidates, pairwise budget m*N with m in {1, 2, 3},
 Swiss d_min = 2, h = 8, tau = 0.1; math sampling T = 1.0, top-p 0.95. For accelerators.
 
 Command to run (paper scale; the arg names the pod: mesh, batch and `prd-jax compile` target):
@@ -15,9 +15,8 @@ CPU smoke run (SmolLM2-135M, 2 GSM8K problems, N=4, tiny budgets):
 Runtime ESTIMATE at pod scale (`prd-jax compile --estimate`, not measured): at most 7.7e8
 generated tokens; roofline 4.3 h on a v5p-128, 22 h on 8xH200 (a floor).
 
-Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
-verification"; against majority voting, per m, and for Qwen3-8B the paper gives no figure
-we could verify; ours: not yet run at pod scale. Qwen3-8B on AIME 2024 is our setting, not the
+Expected (paper, V1 summary): "V1-Infer improves Pass@1 by up to 10% over pointwise
+verification"; against majority voting, per m, and for Qwen3-8B the paper gives no figure; ours: not yet run at pod scale. Qwen3-8B on AIME 2024 is our setting, not the
 paper's (GPT-OSS-20B and Qwen3-4B-Instruct-2507 on code and HMMT:
 configs/eval/gptoss20b_v1_infer.py, gptoss20b_v1_vs_rsa.py, qwen3_4b_v1_matched_calls.py).
 The smoke run took 12m57s on 2 busy CPU cores (2026-11-30; one compile per operator) and

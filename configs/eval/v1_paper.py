@@ -46,11 +46,11 @@ import ml_collections
 from prd_jax.sampling import Sampling
 
 ARGS = ()  # a helper documents no arg
-N = 16  # V1 §4: candidates per problem
-BUDGETS = (1, 2, 3)  # V1 §4: pairwise judge calls per candidate (B = m N)
-TOURNAMENT = dict(d_min=2, window=8, tau=0.1)  # V1 Alg. 2-4
-TOP_P = 0.95  # V1 §4
-BENCHMARKS = {  # task, split, sampling temperature (V1 §4), problems, domain-specific budgets (ours)
+N = 16  # V1 App. C.1: candidates per problem (N in {8, 16})
+BUDGETS = (1, 2, 3)  # V1 App. C.1: pairwise judge calls per candidate (B = m N)
+TOURNAMENT = dict(d_min=2, window=8, tau=0.1)  # V1 App. C.1: "dmin = 2, window size h = 8, confidence floor τ = 0.1"
+TOP_P = 0.95  # V1 App. C.1
+BENCHMARKS = {  # task, split, sampling temperature (V1 App. C.1), problems, domain-specific budgets (ours)
     "codecontests": dict(task="codecontests", split="test", temperature=0.6, num_problems=165, domain="code"),
     "livecodebench_v5": dict(task="livecodebench_v5", split="", temperature=0.6, num_problems=880, domain="code"),
     "livecodebench_v6": dict(task="livecodebench_v6", split="", temperature=0.6, num_problems=1055, domain="code"),

@@ -5,8 +5,9 @@ Qwen3-8B, AIME 2024, 16k generated tokens per candidate, judges reason for up to
 - pointwise at N = 32: 32 candidates + 32 rating calls = 64 calls per problem;
 - pairwise_v1 (Swiss tournament) at N = 16 with m = 3: 16 candidates + 48 judge calls = 64;
 - pairwise_v1 at N = 16, m = 1, and pointwise at N = 16 (the unmatched reference points).
-Calls, not tokens, are matched (as the paper's budget is counted in verifier calls); the
-B_total column of the results shows the token cost of each.
+Calls, not tokens, are matched (as the paper's budget is counted in verifier calls; its split:
+"Budget-matched comparisons additionally use N = 32 for pointwise verification against pairwise
+N = 16 at 3x budget", V1 App. C.1); the B_total column of the results shows the token cost of each.
 
 Command to run:
     prd-jax compile --config configs/eval/v1_pointwise_vs_pairwise.py:v5p-128
@@ -14,9 +15,11 @@ Command to run:
         --config.model_path=/ckpts/Qwen3-8B
 Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 2.3e8 generated
 tokens (judge calls at their budget); roofline 1.0 h on a v5p-128, 5.2 h on 8xH200 (a floor).
-Expected (paper, V1 abstract): "V1-Infer improves Pass@1 by up to 10% over pointwise
-verification" (over its benchmarks and models). For Qwen3-8B on AIME 2024 at matched calls
-the paper gives no figure we could verify; ours: not yet run. The paper's own setting differs
+Expected (paper, V1 summary): "V1-Infer improves Pass@1 by up to 10% over pointwise
+verification" (over its benchmarks and models); its matched-calls figure is Qwen3-4B-Instruct-2507's
+on code (V1 §4: "45% average accuracy on code-generation benchmarks versus approximately 33% for
+pointwise verification", configs/eval/qwen3_4b_v1_matched_calls.py). For Qwen3-8B on AIME 2024 at
+matched calls the paper gives no figure; ours: not yet run. The paper's own setting differs
 (Qwen3-4B-Instruct-2507 on code and HMMT): configs/eval/qwen3_4b_v1_matched_calls.py; this
 Qwen3-8B / AIME 2024 run is ours.
 """
