@@ -17,9 +17,22 @@ compile-time parameter `{kappa}`; any other `{name}` is refused by `render` and
 Sets are keyed by role: every set maps the same roles (`solve`, `sr_refine`, ...,
 `pairwise`, `pointwise`, `rsa_aggregate`) to its own wording, and declares its domain
 (`SET_DOMAINS`: "math" or "code"). "default" is math, "compact" the synthetic demo's
-few-character set, "code" speaks of programs (HumanEval-style tasks: the answer is one
-fenced Python program). An operator that needs a role of its own adds it to each set with
-`add_template` (docs/extending.md, "An operator"). `compile_template` renders it once through the model's chat
+few-character set, "code" speaks of programs: the answer is one fenced Python block.
+
+Code artifacts (issue 45 §1). A code task grades one of two artifacts (`ARTIFACTS`): a
+"function" called with arguments (HumanEval; LiveCodeBench problems with starter code) or a
+whole "program" run on standard input (LiveCodeBench problems without starter code, every
+CodeContests problem). One batch may mix both (LiveCodeBench), and a template is compiled
+once into token pieces, so the "code" set's instructions are artifact-neutral: every role
+points at the task's Format line ("the form the task's Format line asks for") and never
+names a function, a signature or standard input. The artifact enters per problem through
+the `{problem}` segment: each code task's `problem_text` ends with `format_line(artifact,
+...)`, the one wording of what its grader runs (`Task.artifact(row)` declares it). So the
+solve, refine, distill, judge and RSA prompts of a problem all say what its grader checks,
+and a round still assembles prompts on device from the same pieces.
+
+An operator that needs a role of its own adds it to each set with `add_template`
+(docs/extending.md, "An operator"). `compile_template` renders it once through the model's chat
 template (a user turn plus the generation prompt and an optional forced assistant
 prefix), splits the rendering at the slots and tokenizes each literal piece. In a round,
 prompts are then assembled on device from these pieces and token segments; text is
@@ -98,7 +111,7 @@ DISTILL_SUMMARY_VOTES = Template("distill_summary_votes", (
 _MATH_CRITERION = ("Judge only whether the final answer is correct; check the key steps that "
                    "lead to it. Presentation does not matter.")
 _CODE_CRITERION = ("Judge whether the program is correct on all valid inputs, including edge "
-                   "cases and the stated limits.")
+                   "cases and the stated limits, and whether it has the form the task's Format line asks for.")
 _CODE_PAIR_CRITERION = _CODE_CRITERION + " If both are correct, rate the more robust one higher."
 
 
@@ -162,11 +175,42 @@ COMPACT_TEMPLATES = (
     _compact("rsa_aggregate", "Combine: {problem}\n{candidates}"),
 )
 
-# Code set (HumanEval-style tasks, V1 arXiv 2603.04304 §4 evaluates on code): the same roles
-# and slots, speaking of programs; every generating call ends with the complete program in
-# one ```python fenced block, the artifact a code task extracts (its last fenced block).
-_PROGRAM = ("Write the complete function, including its signature and any imports it needs, "
-            "in one ```python fenced block at the end of your answer.")
+# Code set (V1 arXiv 2603.04304 §4 evaluates on code): the same roles and slots, speaking of
+# programs; every generating call ends with its code in one ```python fenced block (a code task
+# extracts the last one), in the form the problem's Format line names (`format_line`): the
+# instruction is artifact-neutral, the problem segment carries the artifact (module docstring).
+_PROGRAM = ("Write your complete code in the form the task's Format line asks for, with any imports it "
+            "needs, in one ```python fenced block at the end of your answer.")
+
+# The artifacts a code task's grader runs (`Task.artifact`), and the Format line each problem ends with.
+ARTIFACTS = ("function", "program")
+
+
+def format_line(artifact: str, *, entry_point: str = "", starter: str = "") -> str:
+    """The "Format:" line a code problem's text ends with (issue 45 §1): what its grader runs.
+
+    "function": the function `entry_point` (HumanEval: its stub is the problem text above) or
+    the `starter` code's class and method (LiveCodeBench functional problems), kept with its
+    name and signature; "program": a whole program reading standard input and writing standard
+    output. ValueError names the artifact and the allowed ones, or a function with neither."""
+    if artifact == "program":
+        return ("Format: write a complete Python program that reads the input from standard input and writes "
+                "the answer to standard output (do not just test the examples). Put the program in one "
+                "```python fenced block.")
+    if artifact != "function":
+        raise ValueError(f"artifact={artifact!r}; allowed: {ARTIFACTS}")
+    stub = starter.strip("\n")
+    if stub.strip():
+        return ("Format: complete the starter code below. Keep its class, method name and signature, write the "
+                "whole solution, and put it in one ```python fenced block. It is called with the test "
+                "arguments.\n\n"
+                f"```python\n{stub}\n```")
+    if not entry_point:
+        raise ValueError("format_line('function'): give the function's entry_point or its starter code")
+    return (f"Format: write the complete function `{entry_point}` above, keeping its name and signature, with "
+            "any imports it needs, in one ```python fenced block. It is called with the test arguments.")
+
+
 _CODE_HEAD = "### Candidate program {index} (unverified)\n"
 
 
@@ -198,15 +242,16 @@ CODE_TEMPLATES = (
                           "Task:\n{problem}\n\nSummary of earlier programs:\n{summary}")),
     _code("distill_summary", ("Below are several programs written for a task. Write a short summary (at most "
                               "{kappa} tokens) that records: where the programs agree, where they differ, "
-                              "the approaches tried, the edge cases handled or missed, and the problems that "
-                              "remain open. Do not write the program yourself.\n\nTask:\n{problem}\n\n"
+                              "the approaches tried, the edge cases handled or missed, whether each has the form "
+                              "the task's Format line asks for, and the problems that remain open. Do not write "
+                              "the program yourself.\n\nTask:\n{problem}\n\n"
                               "{candidates}")),
     _code("distill_summary_votes", ("Below are several programs written for a task. Write a short summary (at "
                                     "most {kappa} tokens) that records: where the programs agree, where they "
-                                    "differ, the approaches tried, the edge cases handled or missed, the "
-                                    "problems that remain open, and how many programs take each distinct "
-                                    "approach. Do not write the program yourself.\n\nTask:\n{problem}\n\n"
-                                    "{candidates}")),
+                                    "differ, the approaches tried, the edge cases handled or missed, whether "
+                                    "each has the form the task's Format line asks for, the problems that "
+                                    "remain open, and how many programs take each distinct approach. Do not "
+                                    "write the program yourself.\n\nTask:\n{problem}\n\n{candidates}")),
     PAIRWISE_CODE,
     POINTWISE_CODE,
     _code("rsa_aggregate", ("Here is a programming task and several candidate programs. Some or all of them "

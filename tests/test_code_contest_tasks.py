@@ -158,7 +158,8 @@ def test_lcb_version_windows_and_loader(tmp_path):
     ids = lambda name, **kw: [r["id"] for r in get_task(name).options(**kw).problems(data_dir=str(tmp_path))]
     assert ids("livecodebench") == ["old", "nov24", "jan31", "feb25", "may25"]
     assert ids("livecodebench_v5") == ["nov24", "jan31"]
-    assert ids("livecodebench_v6") == ["nov24", "jan31", "feb25"]
+    assert ids("livecodebench_v6") == ["feb25"]  # the 2025-02-01..2025-05-01 window (tests/test_lcb_windows.py)
+    assert ids("livecodebench_release_v6") == ["nov24", "jan31", "feb25"]  # the cumulative release
     assert ids("livecodebench", version="v6") == ["feb25"]
     assert ids("livecodebench", start_date="2024-12-01", end_date="2025-02-01") == ["jan31", "feb25"]
     loaded = get_task("livecodebench").problems(data_dir=str(tmp_path), limit=2)[1]

@@ -36,11 +36,10 @@ smallest host):
         gs://BUCKET/pairrl_gptoss20b --config.model.path=/data/gpt-oss-20b
 Fit check first: `prd-jax compile --config configs/rl/gptoss20b_pairrl.py:v5p-64 --json`.
 Reproduces: nothing the paper reports for this model (see below); it carries the PairRL recipe to
-GPT-OSS-20B. Expected (paper): the paper gives no figure for this setting. Its PairRL figures (abstract:
-"V1-PairRL achieves 7-9% test-time scaling gains over standard RL and pointwise joint training,
-and improves base Pass@1 by up to 8.7% over standard RL in a code-generation setting") are, in the
-text available to us, not attributed to GPT-OSS-20B, and no PairRL figure for GPT-OSS-20B could be
-verified; ours: not yet run. Runtime: an ESTIMATE only, `prd-jax compile`'s roofline on 8xh200 (a
+GPT-OSS-20B. Expected (paper): the paper gives no figure for this setting. Its PairRL figures
+(summary: "V1-PairRL achieves 7–9% test-time scaling gains and up to 8.7% higher base Pass@1 than
+standard RL"; per benchmark: configs/rl/qwen3_4b_pairrl.py) are, in the text available to us, not
+attributed to GPT-OSS-20B; ours: not yet run. Runtime: an ESTIMATE only, `prd-jax compile`'s roofline on 8xh200 (a
 floor, not measured): train step 245 s + rollout 633 s + verifier 176 s, about 18 min per step,
 2.4 days for 200 steps.
 """

@@ -6,6 +6,13 @@ rollouts, reward 1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|), baseline = mean o
 prompt's verifier rows (Dr.GRPO's group baseline), lambda = 1. lr 1e-6, 64 prompts per step
 (the paper's batch 64).
 
+What the V1 text in papers/ states (§5, App. B): one model trained on the same rollouts for
+generation and pairwise verification (J_Gen, J_PairVerif), strict pairing, the sparsity threshold
+("rewards verifier scores only when they are within 0.2 of ground-truth correctness"), ratings on
+a 1-10 scale normalised to v in [0, 1]. Ours, not stated there: Dr.GRPO (advantages and
+normaliser), no KL, lambda = 1, the map v = (r - 1) / 9, the reward's form inside the threshold
+(1 - |v - y|, averaged over A and B) and the per-prompt verifier baseline.
+
 Training problems (ours: the paper does not name them): the CodeContests train split
 (`config.task="codecontests"`, `config.task_split="train"`, the published parquet shards under
 `<data dir>/code/codecontests/`), disjoint from every eval set (CodeContests test, LiveCodeBench
@@ -38,9 +45,20 @@ Command to run (pretrained weights; one 8xH200 node is the smallest sensible hos
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl.py:8xh200 /ckpt/pairrl_qwen3_4b \\
         --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
 Reproduces: the V1 paper's PairRL rows (generation Pass@1 and V1-Infer selection accuracy after
-training). Expected (paper, V1 abstract): "V1-PairRL achieves 7-9% test-time scaling gains over
-standard RL and pointwise joint training, and improves base Pass@1 by up to 8.7% over standard
-RL in a code-generation setting"; ours: not yet run. Runtime: an ESTIMATE of the same order as
+training; evaluated by configs/eval/qwen3_4b_v1_after_rl.py:pairrl,BENCH). Expected (paper, V1 §5;
+the model of these figures is not named in the text we have):
+- against PointRL: "+6.5% Pass@1 on LiveCodeBench-v5: V1-PairRL reaches 53.9% versus 47.4% for
+  V1-PointRL at 2x budget." "The corresponding gains are +6.8% on LiveCodeBench-v6 and +7.3% on
+  CodeContests, with accuracy increasing as verification budget grows."
+- against the RL baseline, both V1-Infer at 2x: "+8.9% on CodeContests: V1-PairRL outperforms the
+  RL baseline when both use V1-Infer with identical 2x verification budgets." "The gains are +3.6%
+  on LiveCodeBench-v5 and +1.9% on LiveCodeBench-v6."
+- base Pass@1 against the RL baseline: "+8.7% Pass@1 on CodeContests: V1-PairRL improves over the
+  RL baseline without test-time scaling at N=16." "It also improves Pass@1 by +2.9% on
+  LiveCodeBench-v5 and +2.7% on LiveCodeBench-v6."
+- summary: "V1-PairRL achieves 7–9% test-time scaling gains and up to 8.7% higher base Pass@1
+  than standard RL."
+Ours: not yet run. Runtime: an ESTIMATE of the same order as
 configs/rl/qwen3_8b.py per sampled token, at half the parameters.
 """
 
@@ -80,7 +98,7 @@ def get_config(arg=None):
     c.rl.minibatches = MINIBATCHES
     c.rl.verifier_pointwise_per_prompt = 0
     c.rl.verifier_samples = "policy"
-    c.optim.learning_rate = 1e-6  # V1 §5 (the PDR configs this loads from use 5e-7)
+    c.optim.learning_rate = 1e-6  # ours: the V1 text states no lr (the PDR configs this loads from use 5e-7)
     c.steps = 200  # ours: the training length was not in the paper text available to us
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt
     # rows = 64 x 8 generations + 64 x 4 verifier pairs = 768: one per (data, fsdp) shard per microbatch

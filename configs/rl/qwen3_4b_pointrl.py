@@ -17,9 +17,13 @@ Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pointrl.py:8xh200 /ckpt/pointrl_qwen3_4b \\
         --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
 Reproduces: the V1 paper's PointRL baseline rows; evaluate with
-configs/eval/qwen3_4b_v1_after_rl.py. Expected (paper, V1 abstract): PairRL "achieves 7-9%
-test-time scaling gains over standard RL and pointwise joint training"; PointRL's own figure
-is not in the text we have. Runtime: an ESTIMATE as for PairRL (same
+configs/eval/qwen3_4b_v1_after_rl.py:pointrl,BENCH (pointwise selection, as V1 App. B: "selects
+the solution with the highest pointwise score"). From App. B: "The pointwise verifier outputs a
+confidence score from 1 to 10 for one solution and normalizes it to v ∈ [0, 1]" (the map
+v = (r - 1) / 9 is ours). Expected (paper, V1 §5): "V1-PairRL reaches 53.9% versus 47.4% for
+V1-PointRL at 2x budget" (LiveCodeBench-v5: PointRL's one figure); "The corresponding gains are
++6.8% on LiveCodeBench-v6 and +7.3% on CodeContests" (PairRL over PointRL; PointRL's own figures
+there are not in the text we have). Ours: not yet run. Runtime: an ESTIMATE as for PairRL (same
 rows and token budget per step).
 """
 

@@ -1,7 +1,8 @@
 """Standard-RL baseline for V1-PairRL (arXiv 2603.04304 §5, "standard RL"): the generator
 objective of configs/rl/qwen3_4b_pairrl.py exactly (Qwen3-4B-Instruct-2507, Dr.GRPO
 advantages and constant normaliser, PPO clip-higher 0.2 / 0.28, no KL, 4 mini-batches,
-lr 1e-6, 64 prompts x 8 rollouts) with no verifier rows, so PairRL minus this run is the
+lr 1e-6, 64 prompts x 8 rollouts; these settings are ours, the V1 text in papers/ states none of
+them) with no verifier rows, so PairRL minus this run is the
 effect of the verifier term. Trained on code like PairRL: the CodeContests train split (ours:
 the paper does not name its training problems), reward all tests pass; arg `POD,math` is the
 GSM8K variant (ours, not the paper's setting).
@@ -16,8 +17,12 @@ Command to run:
         --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
 Reproduces: the paper's standard-RL rows that PairRL is compared against; evaluate with
 configs/eval/qwen3_4b_v1_after_rl.py (LiveCodeBench v5 / v6, CodeContests; Pass@1 and V1-Infer
-at 2x). Expected (paper, V1 abstract): PairRL "improves base Pass@1 by up to 8.7% over
-standard RL in a code-generation setting"; this run's own figure is not in the text we have. Runtime: an ESTIMATE of about 2/3 of a PairRL step (no verifier
+at 2x: after_rl.py:rl,BENCH). Expected (paper, V1 §5), PairRL over this run: "+8.9% on
+CodeContests: V1-PairRL outperforms the RL baseline when both use V1-Infer with identical 2x
+verification budgets." "The gains are +3.6% on LiveCodeBench-v5 and +1.9% on LiveCodeBench-v6."
+"+8.7% Pass@1 on CodeContests: V1-PairRL improves over the RL baseline without test-time scaling
+at N=16." "It also improves Pass@1 by +2.9% on LiveCodeBench-v5 and +2.7% on LiveCodeBench-v6."
+This run's own figures are not in the text we have; ours: not yet run. Runtime: an ESTIMATE of about 2/3 of a PairRL step (no verifier
 sampling; 512 of its 768 training rows).
 """
 

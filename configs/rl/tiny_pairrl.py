@@ -2,8 +2,11 @@
 advantages and constant loss normaliser, DAPO clip-higher 0.2 / 0.28, no KL) and as pairwise
 verifier of its own rollouts (strict pairing; reward 1/2 sum over A, B of
 1(|v - y| <= 0.2)(1 - |v - y|); baseline: the mean of the same prompt's verifier rows;
-J = J_gen + lambda J_verif with lambda = 1). One update per batch here (`rl.minibatches=1`,
-grad_accum_steps=1); configs/rl/qwen3_4b_pairrl.py uses 4 mini-batches.
+J = J_gen + lambda J_verif with lambda = 1). The V1 text in papers/ states the joint objective,
+strict pairing and the 0.2 threshold; Dr.GRPO, the clip, no KL, lambda = 1, v = (r - 1) / 9 and
+the reward's form inside the threshold are ours (configs/rl/qwen3_4b_pairrl.py). One update per
+batch here (`rl.minibatches=1`, grad_accum_steps=1); configs/rl/qwen3_4b_pairrl.py uses 4
+mini-batches.
 
 Command to run (after configs/sft/tiny.py):
     prd-jax train --config configs/rl/tiny_pairrl.py --workdir /tmp/rl_tiny_pairrl \

@@ -1,6 +1,6 @@
 """Standard-RL baseline for V1-PairRL (V1 paper §5) on the tiny model: tiny_pairrl.py's
 generator objective (Dr.GRPO advantages and constant normaliser, clip-higher 0.2 / 0.28, no
-KL, no auxiliary SFT) with no verifier rows.
+KL, no auxiliary SFT; ours, as in configs/rl/qwen3_4b_pairrl.py) with no verifier rows.
 
 Command to run (after configs/sft/tiny.py):
     prd-jax train --config configs/rl/tiny_rl_baseline.py --workdir /tmp/rl_tiny_v1_baseline \

@@ -6,6 +6,12 @@ RL loops need to know about a domain:
 - `source`: its data, declared once (`tasks.source`: `JsonlFiles` per split, or `SeqioData`, a
   registered seqio task or mixture); `problems` reads it, and eval, SFT and RL ask `problems`;
 - `templates`: the prompt template set its prompts use (`prompts.TEMPLATE_SETS`);
+- `artifact(row)`: what a code task's grader runs for the row, "function" or "program"
+  (`prompts.ARTIFACTS`; None: not code); its `problem_text` ends with `prompts.format_line`
+  of that artifact, since the "code" set's instructions point at that line (issue 45 §1);
+- `difficulty(row)`: the row's published difficulty label, or None; `summary.md` adds
+  per-difficulty rows when the problems have one (`evaluate.difficulty_table`);
+- `selection(rows)`: the line eval prints naming how many problems the config selected;
 - `sft_target(row)`: the completion SFT trains on (default the row's `solution`, or None);
 - `judge_domain` and `judge_templates`: what its judges assess and their template roles;
 - `extract(completion)`: the final artifact (boxed answer, last fenced program) or None;
@@ -57,6 +63,18 @@ class Task:
     def problem_text(self, row: dict) -> str:
         """The text filled into the templates' `{problem}` slot."""
         return str(row["problem"])
+
+    def artifact(self, row: dict) -> Optional[str]:
+        """What the grader runs for `row`: "function", "program" (`prompts.ARTIFACTS`) or None (not code)."""
+        return None
+
+    def difficulty(self, row: dict) -> Optional[str]:
+        """The row's published difficulty label (e.g. LiveCodeBench's easy / medium / hard), or None."""
+        return None
+
+    def selection(self, rows: Sequence[dict]) -> str:
+        """The line eval prints when it starts: how many problems this task gave the config."""
+        return f"{self.name}: {len(rows)} problems"
 
     def sft_target(self, row: dict) -> Optional[str]:
         """The completion SFT trains on for `row` (`train.setup.task_sft_rows`): its worked

@@ -26,6 +26,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from prd_jax.prompts import format_line
 from prd_jax.tasks.base import register_task
 from prd_jax.tasks.contest import ContestTask, positive
 from prd_jax.tasks.rows import read_published
@@ -96,9 +97,7 @@ class CodeContestsTask(ContestTask):
         if memory:
             limits.append(f"Memory limit: {memory / (1 << 20):g} MB.")
         return (f"{str(row['description']).strip()}\n\n" + (" ".join(limits) + "\n\n" if limits else "")
-                + "Format: write a complete Python program that reads the input from standard input and writes "
-                  "the answer to standard output (do not just test the examples). Put the program in one "
-                  "```python fenced block.")
+                + format_line(self.artifact(row)))
 
     def cases(self, row: dict) -> dict:
         tests = [c for s in self.test_sets for c in _pairs(row, f"{s}_tests")]

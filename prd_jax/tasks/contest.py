@@ -2,7 +2,9 @@
 2603.04304 §4-5 evaluates and trains on them).
 
 A subclass says how a row becomes test cases (`cases`: the sandbox kind, the cases, the entry
-point and the row's own time and memory limits) and how its problem reads (`problem_text`).
+point and the row's own time and memory limits), which artifact that is (`artifact`: "program"
+for stdin cases, "function" for functional ones) and how its problem reads (`problem_text`,
+ending with `prompts.format_line` of that artifact: the "code" templates point at it).
 This module does the rest, the same way for every such task:
 
 - Artifact: the last fenced python block of the completion (an unclosed final fence counts);
@@ -70,6 +72,10 @@ class ContestTask(Task):
                              f"max_output_bytes={self.max_output_bytes} must be > 0, workers={self.workers} >= 0")
 
     # -- per task
+    def artifact(self, row: dict) -> str:
+        """What the grader runs: "program" (stdin cases; the default) or "function" (functional cases)."""
+        return "program"
+
     def cases(self, row: dict) -> dict:
         """{"kind": "stdin" | "functional", "tests": [...], "entry_point": str | None,
         "timeout_s": float, "memory_mb": int} for `row` (as the public file holds it)."""

@@ -3,6 +3,8 @@
 Artifact: the last fenced python program of the completion (```` ```python ````, ```` ```py ````
 or a bare fence; an unclosed final fence counts, the model may have hit its budget); with no
 fence, the whole completion when it parses as python and defines the entry point. The
+artifact is a function (`artifact`): the problem text is the prompt followed by the Format
+line naming the entry point (`prompts.format_line`, issue 45 §1). The
 program run is the problem's prompt followed by that code, so both a full function (it
 redefines the prompt's stub) and a body-only continuation work, and the prompt's imports and
 helpers are in scope.
@@ -23,6 +25,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
+from prd_jax.prompts import format_line
 from prd_jax.rewards.code import count_tests, evaluate_many, parse_source
 from prd_jax.tasks.base import Task, register_task
 from prd_jax.tasks.source import JsonlFiles
@@ -90,8 +93,12 @@ class CodeTask(Task):
             raise ValueError(f"{self.name}: timeout_s={self.timeout_s} and memory_mb={self.memory_mb} must be > 0, "
                              f"workers={self.workers} >= 0")
 
+    def artifact(self, row: dict) -> str:
+        return "function"  # the sandbox runs the prompt's stub redefined by the code, then check(entry_point)
+
     def problem_text(self, row: dict) -> str:
-        return str(row["prompt"])
+        """The row's prompt (the stub with its docstring), then the Format line naming the function."""
+        return str(row["prompt"]).rstrip("\n") + "\n\n" + format_line("function", entry_point=str(row["entry_point"]))
 
     def extract(self, completion: str, entry_point: Optional[str] = None) -> Optional[str]:
         return extract_program(completion, entry_point)

@@ -16,20 +16,45 @@ and compare the return value with the JSON output by value (tuples as lists). Ea
 `timeout_s` (6 s, LiveCodeBench's default per-test limit). Grading, statuses and reward modes:
 `tasks.contest`.
 
-Version windows (`version`), by `contest_date`, from the "Dataset Versions" list of
-LiveCodeBench's README (github.com/LiveCodeBench/LiveCodeBench): `release_v1` ... `release_v6`
-hold the problems released from May 2023 to the end of Mar 2024, May 2024, Jul 2024, Sep 2024,
-Jan 2025 and Apr 2025 (400, 511, 612, 713, 880 and 1055 problems). The README also names
-fine-grained tags (`v1`, `v2`, `v1_v3`, `v4_v5`, ...: the problems some releases added) without
-dates; their windows here are derived from consecutive release ends: `v5` is Oct 2024 - Jan
-2025, `v6` Feb 2025 - Apr 2025, `vA_vB` from the start of `vA` to the end of `vB`. The V1 paper
-does not say which reading its "v5" and "v6" use; `livecodebench_v5` / `livecodebench_v6` take
-the releases (`release_v5`, `release_v6`), and `options(version="v6")` the newer problems only.
-`start_date` / `end_date` (ISO dates, inclusive) narrow any window, like LiveCodeBench's own
-`--start_date` / `--end_date`.
+Windows (issue 45 §2). A task reads the problems whose `contest_date` lies in its window:
+`release` (a cumulative release, `RELEASES`), `start` (first day, inclusive) and `end` (first
+day after, exclusive), ISO dates. The releases, from the "Dataset Versions" / change-log list of
+LiveCodeBench's README and dataset card (github.com/LiveCodeBench/LiveCodeBench,
+huggingface.co/datasets/livecodebench/code_generation_lite): `release_v1` ... `release_v6` hold
+the problems released from May 2023 to the end of Mar 2024, May 2024, Jul 2024, Sep 2024,
+Jan 2025 and Apr 2025 (400, 511, 612, 713, 880 and 1055 problems).
 
-Prompt (LiveCodeBench's in substance, our words): with starter code, complete the stub and
-keep its signature; without, write a whole program that reads standard input and writes
+What the V1 paper says: it reports "LiveCodeBench-v5" and "LiveCodeBench-v6" (and "hard LCB-v6
+problems") and gives no dates or problem counts (../shared/papers/v1-...txt). Our reading:
+reasoning-model reports, V1's comparisons among them, score "v5" and "v6" as date windows of
+the newest problems, not as the cumulative releases, so
+
+- `livecodebench_v5`: 2024-08-01..2025-02-01 of release_v5. Sources: NVIDIA NeMo Evaluator's
+  `livecodebench_0824_0225` task (start_date 2024-08-01, end_date 2025-02-01, release_v5);
+  mlfoundations/evalchemy `LiveCodeBenchv5_official` (release_v5 rows of the months 2024-08 to
+  2025-01). Reported size: 279 problems (a third-party summary, emergentmind.com's LiveCodeBench
+  v5/v6 page; not checked here against the files).
+- `livecodebench_v6`: 2025-02-01..2025-05-01 of release_v6, the problems release_v6 added
+  (test6.jsonl; 1055 - 880 = 175 problems: LiveCodeBench issue #145, AetherEval's README). Some
+  reports read "v6" as 2024-08-01..2025-05-01 (454 problems; QwenLM/Qwen3-VL issue #1945 asks
+  which): `options(start="2024-08-01")` selects that.
+- `livecodebench_release_v5` / `livecodebench_release_v6`: the cumulative releases (880 / 1055),
+  the reading this module used before; `livecodebench`: every row in the files.
+
+Eval prints the count a config selects (`selection`), e.g. "livecodebench_v6: 175 problems
+(2025-02-01..2025-05-01 of release_v6)". `version` also takes the README's fine-grained tags
+(`v1`, `v2`, `v1_v3`, `v4_v5`, ...: the problems some releases added); the published loader
+selects those by file, here they are date windows derived from consecutive release ends (`v5`
+is Oct 2024 - Jan 2025, `vA_vB` from the start of `vA` to the end of `vB`), an approximation.
+`start_date` / `end_date` (ISO dates, both inclusive) narrow any window further, like
+LiveCodeBench's own `--start_date` / `--end_date`.
+
+Difficulty: `difficulty(row)` is the row's published `difficulty` (easy / medium / hard);
+`summary.md` adds per-difficulty rows (V1 §4 reports hard LCB-v6 problems apart).
+
+Prompt (LiveCodeBench's in substance, our words): the statement, then the Format line of the
+row's artifact (`prompts.format_line`): with starter code (functional tests), complete the stub
+and keep its signature; without, write a whole program that reads standard input and writes
 standard output.
 """
 
@@ -45,13 +70,15 @@ import pickle
 import zlib
 from typing import Optional
 
+from prd_jax.prompts import format_line
 from prd_jax.rewards.code import CASE_KINDS
 from prd_jax.tasks.base import register_task
 from prd_jax.tasks.contest import ContestTask
 from prd_jax.tasks.rows import read_published
 
-__all__ = ["LIVECODEBENCH", "LIVECODEBENCH_V5", "LIVECODEBENCH_V6", "LiveCodeBenchTask", "VERSIONS",
-           "decode_private_tests", "version_window"]
+__all__ = ["DIFFICULTIES", "LIVECODEBENCH", "LIVECODEBENCH_RELEASE_V5", "LIVECODEBENCH_RELEASE_V6", "LIVECODEBENCH_V5",
+           "LIVECODEBENCH_V6", "LiveCodeBenchTask", "RELEASES",
+           "VERSIONS", "decode_private_tests", "version_window"]
 
 DATA_PATTERNS = ("code/livecodebench/*",)
 _START = dt.date(2023, 5, 1)
@@ -79,6 +106,8 @@ def _windows() -> dict:
 
 
 VERSIONS = _windows()
+RELEASES = tuple(f"release_v{n}" for n in _RELEASE_ENDS)  # the cumulative releases a window reads
+DIFFICULTIES = ("easy", "medium", "hard")  # the published `difficulty` labels
 
 
 def version_window(version: Optional[str]) -> tuple:
@@ -153,40 +182,81 @@ def _date(value) -> Optional[dt.date]:
     return None
 
 
+def _iso(name: str, key: str, value: str) -> Optional[dt.date]:
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{name}: {key}={value!r}; allowed: '' or an ISO date YYYY-MM-DD") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class LiveCodeBenchTask(ContestTask):
-    """LiveCodeBench code generation over a version window (see the module docstring)."""
+    """LiveCodeBench code generation over a window (see the module docstring): the rows of
+    `release` whose contest day d has `start <= d < end`."""
 
-    version: Optional[str] = None
-    start_date: str = ""  # ISO date, inclusive
-    end_date: str = ""  # ISO date, inclusive
+    release: Optional[str] = None  # a cumulative release (RELEASES); None: every row in the files
+    start: str = ""  # ISO date, first day of the window (inclusive)
+    end: str = ""  # ISO date, first day after the window (exclusive)
+    version: Optional[str] = None  # a release or fine-grained tag (VERSIONS), narrowing further
+    start_date: str = ""  # ISO date, inclusive (LiveCodeBench's --start_date)
+    end_date: str = ""  # ISO date, inclusive (LiveCodeBench's --end_date)
 
     def __post_init__(self):
         super().__post_init__()
+        if self.release is not None and self.release not in RELEASES:
+            raise ValueError(f"{self.name}: release={self.release!r}; allowed: None or one of {RELEASES}")
         version_window(self.version)
-        for key in ("start_date", "end_date"):
-            value = getattr(self, key)
-            if value:
-                try:
-                    dt.date.fromisoformat(value)
-                except ValueError:
-                    raise ValueError(f"{self.name}: {key}={value!r}; allowed: '' or an ISO date YYYY-MM-DD") from None
+        for key in ("start", "end", "start_date", "end_date"):
+            _iso(self.name, key, getattr(self, key))
+        if self.start and self.end and not self.start < self.end:
+            raise ValueError(f"{self.name}: start={self.start!r} must come before end={self.end!r} (end is exclusive)")
+
+    def window(self) -> tuple:
+        """(first day, first day after, release) of this task's window; a missing day is None."""
+        first, after = version_window(self.release)
+        start, end = _iso(self.name, "start", self.start), _iso(self.name, "end", self.end)
+        first = max(d for d in (first, start) if d) if first or start else None
+        after = min(d for d in (after, end) if d) if after or end else None
+        return first, after, self.release
 
     # -- data
     def in_window(self, row: dict) -> bool:
-        """Whether the row's `contest_date` lies in this task's version and date window."""
-        first, after = version_window(self.version)
-        if first is None and not self.start_date and not self.end_date:
+        """Whether the row's `contest_date` lies in this task's window (and `version`, `start_date`,
+        `end_date`, when given)."""
+        first, after, _ = self.window()
+        v_first, v_after = version_window(self.version)
+        if (first is None and after is None and v_first is None and not self.start_date
+                and not self.end_date):
             return True
         day = _date(row.get("contest_date"))
         if day is None:
-            raise ValueError(f"{self.name}: row {row.get('question_id')!r} has no contest_date; a version or "
+            raise ValueError(f"{self.name}: row {row.get('question_id')!r} has no contest_date; a release or "
                              "date window needs one")
-        if first is not None and not first <= day < after:
+        if (first and day < first) or (after and day >= after):
+            return False
+        if v_first is not None and not v_first <= day < v_after:
             return False
         if self.start_date and day < dt.date.fromisoformat(self.start_date):
             return False
         return not (self.end_date and day > dt.date.fromisoformat(self.end_date))
+
+    def selection(self, rows) -> str:
+        """E.g. "livecodebench_v6: 175 problems (2025-02-01..2025-05-01 of release_v6)"."""
+        first, after, release = self.window()
+        where = []
+        if first or after:
+            where.append(f"{first or ''}..{after or ''}" + (f" of {release}" if release else ""))
+        if self.version:
+            where.append(f"version {self.version}")
+        if self.start_date or self.end_date:
+            where.append(f"contest days {self.start_date or ''}..{self.end_date or ''} inclusive")
+        return f"{self.name}: {len(rows)} problems" + (f" ({'; '.join(where)})" if where else " (every row)")
+
+    def difficulty(self, row: dict) -> Optional[str]:
+        value = str(row.get("difficulty") or "").strip().lower()
+        return value if value in DIFFICULTIES else None
 
     def problems(self, split: Optional[str] = None, limit: Optional[int] = None,
                  data_dir: Optional[str] = None) -> list:
@@ -205,16 +275,23 @@ class LiveCodeBenchTask(ContestTask):
                 break
         return rows
 
+    def artifact(self, row: dict) -> str:
+        """"function" when the row's public tests are functional (or, with none, it has starter
+        code), else "program" (stdin tests): what `cases` hands the sandbox."""
+        types = {str(c.get("testtype") or "stdin") for c in _json_field(row, "public_test_cases", [])
+                 if isinstance(c, dict)}
+        if types:
+            return "function" if "functional" in types else "program"
+        return "function" if str(row.get("starter_code") or "").strip() else "program"
+
     def problem_text(self, row: dict) -> str:
         text = str(row["question_content"]).strip()
-        starter = str(row.get("starter_code") or "").strip("\n")
-        if starter.strip():
-            return (f"{text}\n\nFormat: complete the starter code below. Keep its class, method name and "
-                    "signature, write the whole solution, and put it in one ```python fenced block.\n\n"
-                    f"```python\n{starter}\n```")
-        return (f"{text}\n\nFormat: write a complete Python program that reads the input from standard input "
-                "and writes the answer to standard output (do not just test the samples). Put the program in "
-                "one ```python fenced block.")
+        artifact = self.artifact(row)
+        if artifact == "program":
+            return f"{text}\n\n{format_line('program')}"
+        metadata = _json_field(row, "metadata", {}) or {}
+        func_name = metadata.get("func_name", "") if isinstance(metadata, dict) else ""
+        return f"{text}\n\n{format_line('function', entry_point=func_name, starter=str(row.get('starter_code') or ''))}"
 
     # -- tests
     def cases(self, row: dict) -> dict:
@@ -252,5 +329,10 @@ class LiveCodeBenchTask(ContestTask):
 
 
 LIVECODEBENCH = register_task(LiveCodeBenchTask("livecodebench"))
-LIVECODEBENCH_V5 = register_task(LiveCodeBenchTask("livecodebench_v5", version="release_v5"))
-LIVECODEBENCH_V6 = register_task(LiveCodeBenchTask("livecodebench_v6", version="release_v6"))
+# the windows the V1 paper's "LiveCodeBench-v5" / "-v6" are read as (module docstring: sources)
+LIVECODEBENCH_V5 = register_task(LiveCodeBenchTask("livecodebench_v5", release="release_v5", start="2024-08-01",
+                                                   end="2025-02-01"))
+LIVECODEBENCH_V6 = register_task(LiveCodeBenchTask("livecodebench_v6", release="release_v6", start="2025-02-01",
+                                                   end="2025-05-01"))
+LIVECODEBENCH_RELEASE_V5 = register_task(LiveCodeBenchTask("livecodebench_release_v5", release="release_v5"))
+LIVECODEBENCH_RELEASE_V6 = register_task(LiveCodeBenchTask("livecodebench_release_v6", release="release_v6"))
