@@ -212,6 +212,32 @@ def markdown_table(table: list) -> str:
     return "\n".join(lines)
 
 
+DIFFICULTY_ORDER = ("easy", "medium", "hard")  # LiveCodeBench's labels, in this order; others follow sorted
+
+
+def difficulty_table(results: Iterable[dict], difficulty_of: dict) -> list:
+    """`summarize` over each difficulty's problems (V1 arXiv 2603.04304 §4 reports hard
+    LiveCodeBench-v6 problems apart): results rows joined by `problem_id` with `difficulty_of`
+    (problem id -> the published label, `Task.difficulty`; rows of unlabelled problems are left
+    out). Each entry is a `summarize` row with `difficulty` added; easy, medium, hard first."""
+    groups = collections.defaultdict(list)
+    for r in results:
+        label = difficulty_of.get(r.get("problem_id"))
+        if label is not None:
+            groups[label].append(r)
+    rank = lambda d: (DIFFICULTY_ORDER.index(d) if d in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER), d)
+    return [dict(t, difficulty=d) for d in sorted(groups, key=rank) for t in summarize(groups[d])]
+
+
+def difficulty_markdown(table: list) -> str:
+    """The per-difficulty rows of `summary.md` (`difficulty_table`)."""
+    lines = ["| difficulty | operator | problems | k | mean@k | pass@k | mean B_seq | mean B_total |",
+             "|" + "---|" * 8]
+    lines += [f"| {t['difficulty']} | {t['operator']} | {t['problems']} | {t['k']} | {t['mean_at_k']:.3f} | "
+              f"{t['pass_at_k']:.3f} | {t['b_seq']:.0f} | {t['b_total']:.0f} |" for t in table]
+    return "\n".join(lines)
+
+
 def _calls_rows(calls, i: int) -> list:
     """The problem's calls; unused tournament slots (no tokens) are left out."""
     return [{"name": name, "in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
@@ -269,6 +295,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     specs = [build_spec(dict(e)) for e in ec.operators]
     if rows is None:  # the task is the one way data enters (issue 35 §1)
         rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
+        if main:  # e.g. "livecodebench_v6: 175 problems (2025-02-01..2025-05-01 of release_v6)"
+            print(task.selection(rows))
     backend = ec.backend
     served = backend.model if backend.remote else checkpoint or ec.model  # what summary, plot and rows name
     if backend.remote:
@@ -342,6 +370,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)
+        levels = {r["id"]: task.difficulty(r) for r in rows}
+        by_level = difficulty_table(fileio.read_jsonl(results_path), {k: v for k, v in levels.items() if v})
+        if by_level:  # per-difficulty rows (LiveCodeBench's easy / medium / hard)
+            md += "\n\n" + difficulty_markdown(by_level)
         via = f" via {backend.base_url} ({backend.endpoint_row().name})" if backend.remote else ""
         fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {served}{via}\n\n{md}\n")
         print(md)

@@ -129,9 +129,9 @@ def test_missing_claims_each_have_a_config():
     selectors = [s.selector for s in _specs(runs["self_ranking"])]
     assert selectors == ["self_pointwise", "pairwise_v1", "pairwise_v1", "pairwise_v1", "random"]
     assert [s.loops for s in _specs(runs["rsa_decay"]) if s.__class__.__name__ == "RSA"] == [1, 2, 3, 4]
-    assert runs["difficulty"].task == "livecodebench_v5"  # rows carry easy / medium / hard
+    assert runs["difficulty"].task == "livecodebench_v6"  # V1 §4: "hard LCB-v6 problems" (easy / medium / hard)
     assert [s.label for s in _specs(runs["difficulty"])] == [s.label for s in _specs(
-        _eval("gptoss20b_v1_infer", "livecodebench_v5"))]
+        _eval("gptoss20b_v1_infer", "livecodebench_v6"))]
     for claim, config in runs.items():
         _check_common(config, config.task)
     hmmt = _eval("gptoss20b_v1_claims", "self_ranking,hmmt_feb2025")

@@ -15,10 +15,10 @@ far as prd_jax's eval can measure it today. Arg `CLAIM[,BENCH[,BACKEND]]`:
   16, subsets of 4, T = 1, 2, 3, 4 loops, and `long_cot`, k = 4. Measured: each loop count's
   mean accuracy (member 0) and pass@4 over independent runs. NOT measured: the Pass@N of the
   population after each loop (the claim itself), since the eval grades only the final member.
-- `difficulty` (V1 §4's hard / medium / easy split, default bench livecodebench_v5): the
-  operators of configs/eval/gptoss20b_v1_infer.py. NOT computed by prd_jax: the summary has
-  no per-difficulty rows; the split needs each results.jsonl row's `problem_id` joined with
-  the LiveCodeBench row's `difficulty` (`question_id` is the id).
+- `difficulty` (V1 §4's hard / medium / easy split, "On hard LCB-v6 problems"; default bench
+  livecodebench_v6, the 2025-02-01..2025-05-01 window of release_v6, tasks/livecodebench.py): the
+  operators of configs/eval/gptoss20b_v1_infer.py; summary.md adds per-difficulty rows (each
+  results.jsonl row's `problem_id` joined with the LiveCodeBench row's published `difficulty`).
 
 BENCH is any V1 benchmark (codecontests, livecodebench_v5, livecodebench_v6, hmmt_feb2025),
 BACKEND remote (default), 8xh200 or v5p-128 (in-graph; declares `target`; 8xh200 keeps
@@ -64,7 +64,7 @@ CLAIMS = {  # claim: (default bench, k samples, operators(bench))
     "self_ranking": ("codecontests", 4, lambda b: [V1.best_of_n(b, "self_pointwise")]
                      + [V1.best_of_n(b, "pairwise_v1", m=m) for m in V1.BUDGETS] + [V1.best_of_n(b, "random")]),
     "rsa_decay": ("livecodebench_v6", 4, lambda b: [V1.long_cot(b)] + [V1.rsa(b, t) for t in (1, 2, 3, 4)]),
-    "difficulty": ("livecodebench_v5", 4, INFER.operators),
+    "difficulty": ("livecodebench_v6", 4, INFER.operators),
 }
 ARGS = tuple(CLAIMS) + ("self_ranking,codecontests,8xh200", "self_ranking,codecontests,v5p-128")
 
