@@ -21,10 +21,14 @@ Command to run:
     prd-jax eval --config configs/eval/aime_pdr_sweep.py:v5p-128 --workdir gs://.../aime_sweep \
         --config.model_path=/ckpts/Qwen3-8B
 
-Fig. 3's largest sequential budget, B_seq = 49k, is out of reach here: one Long-CoT call of
-49k tokens does not fit Qwen3-8B's 40,960 positions, so this grid stops at 24k per call (and
-configs/eval/pdr_matched_bseq.py at 32k of Long-CoT). For that point see the o3-mini config,
-configs/eval/o3mini_fig3_matched_bseq.py (an API model without this context limit).
+Fig. 3's point, B_seq 49k (o3-mini's, the paper's only Fig. 3 values), lives in this grid's
+16k-per-call rows: SR (2 refinements, 3 calls) and every PDR (8, 4, 1) row at 16,384 per call
+generate at most 49,152 tokens on the accepted path (plus, for a model-ranked top-k, the
+accepted candidates' rating calls, which `b_seq_no_judge` leaves out). Long-CoT cannot join it
+in-graph: one 49k-token call does not fit Qwen3-8B's 40,960 positions, so Long-CoT stops at 24k
+here (32k in configs/eval/pdr_matched_bseq.py); the Long-CoT side of that point is
+configs/eval/o3mini_fig3_matched_bseq.py (Long-CoT at 49,152, within o3-mini's 100,000 output
+tokens).
 
 Expected (paper, abstract): "iterative pipelines surpass single-pass baselines at matched
 sequential budgets, with PDR delivering the largest gains (e.g., +11% on AIME 2024 and +9%

@@ -1,5 +1,6 @@
 """Shared builder of the PDR paper's API rows (arXiv 2510.01123 §4: Fig. 3, Table 1, Table 2,
-Fig. 6), for the providers the paper's inference study calls (o3-mini, gemini-2.5-flash).
+Fig. 5, Fig. 6; App. E / Table 4), for the providers the paper's inference study calls
+(o3-mini, gemini-2.5-flash).
 
 Not a config of its own: the eval configs `configs/eval/o3mini_*.py` and
 `configs/eval/gemini25flash_*.py` are a few lines each around `config(provider, row, arg,
@@ -13,17 +14,35 @@ Command to run (each config built here; the arg picks the AIME year, default aim
 What every row shares, as the paper sets it: mean@16 on the 30 AIME problems of the chosen
 year, sampling T = 1.0, top-p 1.0 (o3-mini takes no temperature / top-p:
 `endpoint="openai_reasoning"` leaves them out, and sends the budget as
-max_completion_tokens; backends/endpoints.py), PDR with k = 2. Ours, not the paper's:
-- the per-call budgets (8k for Fig. 3, Table 1 and Fig. 6; 16k for Table 2), the kappa of
-  2048 summary tokens, and quoting at most 4096 tokens of a candidate (head 1024 + tail);
+max_completion_tokens; backends/endpoints.py), PDR with k = 2.
+
+Budget ladders and the paper's point. Fig. 3's o3-mini point is at B_seq 49k (paper §4.1,
+Fig. 3: "At Bseq 49k, o3-mini accuracy rises from 76.9 (Long CoT) to 81.5 (SR) and 86.7
+(PDR)"; App. D.2 for AIME 2025: 73.5, 77.1, 82.9). A call's budget covers hidden reasoning
+(o3-mini's max_completion_tokens, Gemini's max_tokens), so the ladders go up to each API's
+published output limit (`PROVIDERS[...]["max_call"]`):
+- o3-mini: 100,000 max output tokens (OpenAI's model page for o3-mini,
+  platform.openai.com/docs/models/o3-mini: "200,000 context window and 100,000 max output
+  tokens");
+- gemini-2.5-flash: 65,536 output tokens on Google's model page
+  (ai.google.dev/gemini-api/docs/models); gateways list 65,535 (Vercel AI Gateway, Replicate's
+  max_output_tokens), so we use 65,535, valid under both. Its thinking budget is capped at
+  24,576 (ai.google.dev/gemini-api/docs/thinking: 2.5 Flash takes 0-24,576), so
+  `thinking_budget` is that cap: a call of budget B may think min(B, 24,576) tokens.
+The 49k point (3 x 16,384 = 49,152 tokens on the accepted path) is where `fig3` puts its
+16k-per-call rows: Long-CoT at 49,152; SR (2 refinements, 3 calls) and PDR (8, 4, 1) at 16,384
+per call; PDR (16, 8, 4, 1) at 12,288 per call (4 calls). A model-ranked top-k adds the accepted
+candidate's rating call per round on the path (`b_seq`; `b_seq_no_judge` without it).
+
+Ours, not the paper's:
+- the budget grids (Long-CoT 8k..64k; SR / PDR at 8k and 16k per call, 16k for Table 2, 8k for
+  Table 1, Fig. 5, Fig. 6 and Table 4), the kappa of 2048 summary tokens, and quoting at most
+  4096 tokens of a candidate (head 1024 + tail);
 - the model ranker of shared / per-sample top-k: `self_pointwise` with up to 4096 tokens per
   rating call. Both providers bill hidden reasoning inside a call's budget, so a small
   rating budget would often end before any visible rating is written. Neither endpoint
   returns log-probabilities (backends/endpoints.py), so a judge's forced rating reads the
   digit the model writes, within `backend.rating_max_tokens` (1024, reasoning included);
-- Gemini's budgets stop at 24,576 tokens: `thinking_budget=-1` sends each call's own budget
-  as `thinking_config.thinking_budget`, which Google's launch notes for gemini-2.5-flash cap
-  at 24k tokens, so Gemini's Long-CoT grid has no 32k point.
 
 Tokens: o3-mini's `max_completion_tokens` and Gemini's budget both cover hidden reasoning;
 a call that reasons past its budget returns no text. summary.md counts such requests per
@@ -54,13 +73,13 @@ PROVIDERS = {
         backend=dict(kind="openai", base_url="https://api.openai.com/v1", model="o3-mini", api="chat",
                      api_key_env="OPENAI_API_KEY", endpoint="openai_reasoning", reasoning_effort="",
                      tokenizer=""),  # "": the paper's effort is not stated (API default)
-        max_call=32768),
+        max_call=100_000),  # max output tokens (module docstring)
     "gemini25flash": dict(
         backend=dict(kind="openai", base_url="https://generativelanguage.googleapis.com/v1beta/openai/",
                      model="gemini-2.5-flash", api="chat", endpoint="gemini", api_key_env="GEMINI_API_KEY",
-                     thinking_budget=-1,
+                     thinking_budget=24576,  # the thinking-budget ceiling of gemini-2.5-flash
                      tokenizer=""),
-        max_call=24576),  # thinking_budget ceiling of gemini-2.5-flash
+        max_call=65_535),  # output tokens, thinking included (module docstring)
 }
 
 QUOTE = dict(candidate_max_tokens=4096, truncation_head=1024)
@@ -68,17 +87,45 @@ RANKER = dict(selector="self_pointwise", judge=dict(domain="math", max_new_token
 KAPPA = 2048
 
 
+PAPER_POINT = 49152  # Fig. 3's B_seq 49k: 3 sequential calls of 16,384
+LONG_COT_LADDER = (8192, 16384, 24576, 32768, PAPER_POINT, 65536)  # capped at the API's limit
+# per-call budgets of the iterative rows: (8k, 16k); (16, 8, 4, 1) has 4 calls, so 12k reaches the point
+PER_CALL = {(8, 4, 1): (8192, 16384), (16, 8, 4, 1): (8192, 12288)}
+
+
 def fig3(max_call: int) -> list:
-    """Fig. 3: Long-CoT at 8k..max_call brackets the B_seq of SR (2 refinements) and PDR
-    ((8, 4, 1) / (16, 8, 4, 1), shared top-2 ranked by the model; (8, 4, 1) global summary),
-    all at 8k per call; accuracy is read off the measured B_seq."""
-    ops = [dict(type="long_cot", max_new_tokens=b) for b in (8192, 16384, 24576, 32768) if b <= max_call]
-    ops.append(dict(type="sr", rounds=2, max_new_tokens=8192, **QUOTE))
-    ops += [dict(type="pdr", schedule=s, distill="shared_topk", k=2, max_new_tokens=8192, **QUOTE, **RANKER)
-            for s in ((8, 4, 1), (16, 8, 4, 1))]
+    """Fig. 3: Long-CoT at 8k..64k (the top rung capped at `max_call`) brackets the B_seq of SR
+    (2 refinements) and PDR ((8, 4, 1) / (16, 8, 4, 1), shared top-2 ranked by the model;
+    (8, 4, 1) global summary) at 8k and at 16k (12k for 4 rounds) per call; the 16k rows and
+    Long-CoT at 49,152 are the paper's B_seq-49k point. Accuracy is read off measured B_seq."""
+    ops = [dict(type="long_cot", max_new_tokens=min(b, max_call)) for b in LONG_COT_LADDER]
+    ops += [dict(type="sr", rounds=2, max_new_tokens=b, **QUOTE) for b in PER_CALL[(8, 4, 1)]]
+    ops += [dict(type="pdr", schedule=s, distill="shared_topk", k=2, max_new_tokens=b, **QUOTE, **RANKER)
+            for s, budgets in PER_CALL.items() for b in budgets]
+    ops += [dict(type="pdr", schedule=(8, 4, 1), distill="global_summary", kappa=KAPPA, max_new_tokens=b, **QUOTE)
+            for b in PER_CALL[(8, 4, 1)]]
+    return ops
+
+
+def fig5(max_call: int) -> list:
+    """Fig. 5 (token-matched): SR at 8k per call over 2..12 refinements (B_seq = B_total = 3..13
+    calls) spans the B_total of PDR (8, 4, 1) at 8k per call (13 generation calls, 3 on the
+    path), global summary and shared top-2; the paper's 2.57x is B_seq(SR) / B_seq(PDR) where
+    the SR curve, at PDR's B_total, matches PDR's accuracy."""
+    ops = [dict(type="sr", rounds=r, max_new_tokens=8192, **QUOTE) for r in (2, 4, 6, 8, 12)]
     ops.append(dict(type="pdr", schedule=(8, 4, 1), distill="global_summary", kappa=KAPPA, max_new_tokens=8192,
                     **QUOTE))
+    ops.append(dict(type="pdr", schedule=(8, 4, 1), distill="shared_topk", k=2, max_new_tokens=8192, **QUOTE,
+                    **RANKER))
     return ops
+
+
+def table4(max_call: int) -> list:
+    """Table 4 / App. E: PDR with 4 rounds against 5 rounds at the higher compute (M_1 = 32, the
+    paper's; the other round sizes and M_1 = 16 of the 4-round schedule are ours), shared top-2
+    ranked by the model, 8k per call."""
+    return [dict(type="pdr", schedule=s, distill="shared_topk", k=2, max_new_tokens=8192, **QUOTE, **RANKER)
+            for s in ((16, 8, 4, 1), (32, 16, 8, 4, 1))]
 
 
 def table1(max_call: int) -> list:
@@ -105,7 +152,7 @@ def fig6(max_call: int) -> list:
             dict(common, distill="random_k", selector="random")]
 
 
-ROWS = {"fig3": fig3, "table1": table1, "table2": table2, "fig6": fig6}
+ROWS = {"fig3": fig3, "fig5": fig5, "table1": table1, "table2": table2, "fig6": fig6, "table4": table4}
 
 
 def config(provider: str, row: str, arg, path: str) -> ml_collections.ConfigDict:
@@ -144,6 +191,7 @@ def get_config(arg=None):
     parts = (arg or "").split(",")
     if len(parts) != 3:
         raise ValueError("configs/eval/api_rows.py is a helper: run one of configs/eval/o3mini_*.py or "
-                         "configs/eval/gemini25flash_*.py (fig3_matched_bseq, table1_sr, table2_distill, fig6_oracle), "
+                         "configs/eval/gemini25flash_*.py (fig3_matched_bseq, fig5_token_matched, table1_sr, "
+                         "table2_distill, fig6_oracle, table4_rounds), "
                          "or pass PROVIDER,ROW,YEAR")
     return config(*parts, path=f"{parts[0]}_{parts[1]}")

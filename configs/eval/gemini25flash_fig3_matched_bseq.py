@@ -2,13 +2,16 @@
 OpenAI-compatible API: Long-CoT, SR and PDR at matched sequential budget B_seq on AIME 2024
 or AIME 2025.
 
-Rows (`api_rows.fig3`): Long-CoT at 8k / 16k / 24k completion tokens; SR with 2
-refinement rounds; PDR (8, 4, 1) and (16, 8, 4, 1) with a shared top-2 ranked by the model
-itself (`self_pointwise`, up to 4k tokens per rating call), and PDR (8, 4, 1) with a global
-summary (kappa 2048); 8k tokens per SR / PDR call. B_seq counts the tokens billed on the
+Rows (`api_rows.fig3`): Long-CoT at 8k / 16k / 24k / 32k / 48k (49,152) / 65,535 output
+tokens (gemini-2.5-flash's output limit, thinking included; each call may think up to the
+model's 24,576-token thinking cap: api_rows.py); SR with 2 refinement rounds and PDR (8, 4, 1)
+at 8k and 16k per call; PDR (16, 8, 4, 1) at 8k and 12k per call, all with a shared top-2
+ranked by the model itself (`self_pointwise`, up to 4k tokens per rating call); PDR (8, 4, 1)
+with a global summary (kappa 2048) at 8k and 16k. The B_seq-49k point is the 16k-per-call
+rows, PDR (16, 8, 4, 1) at 12k and Long-CoT at 49,152. B_seq counts the tokens billed on the
 accepted path (§3.1), so accuracy is read off each row's measured B_seq, with Long-CoT
-bracketing it. mean@16 over the year's 30 problems, T = 1.0, top-p 1.0 (paper). The
-budget grid, the ranker's budget and kappa are ours.
+bracketing it. mean@16 over the year's 30 problems, T = 1.0, top-p 1.0 (paper). The budget
+grid, the ranker's budget and kappa are ours.
 
 Backend: gemini-2.5-flash (Gemini's OpenAI-compatible endpoint, chat, each call's budget as its thinking budget); the key is read from GEMINI_API_KEY. Endpoint, token knobs,
 tokenizer, resume and cost notes: configs/eval/api_rows.py.
@@ -22,10 +25,9 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
 
 Expected (paper, abstract): "iterative pipelines surpass single-pass baselines at matched
 sequential budgets, with PDR delivering the largest gains (e.g., +11% on AIME 2024 and +9%
-on AIME 2025)" (that sentence names no model). A third-party summary of Fig. 3
-(samot-gc.github.io/summaries-with-sam, "Rethinking Thinking") reads gemini-2.5-flash's PDR
-as slightly above Long-CoT at 24k with a wider gap at 16k, and SR below Long-CoT; it gives
-no figure for Gemini, and the paper gives no figure we could verify. Ours: not yet run.
+on AIME 2025)" (that sentence names no model). For gemini-2.5-flash's own points the paper
+gives no figure in papers/ (its Fig. 3 values there are o3-mini's:
+configs/eval/o3mini_fig3_matched_bseq.py). Ours: not yet run.
 """
 
 import os

@@ -16,8 +16,10 @@ Command to run (the arg picks the year: aime2024 or aime2025; none given: aime20
     prd-jax eval --config configs/eval/o3mini_table1_sr.py:aime2025 \
         --workdir runs/o3mini_table1_sr_aime2025
 
-Expected: the paper gives no figure we could verify for SR with and without error
-analysis; ours: not yet run.
+Expected (paper, §4.1 and Table 1): "Adding error analysis before solution generation
+improves SR performance for o3-mini but not for gemini-2.5-flash"; here, for o3-mini, error
+analysis helps (App. D.2: it "improves o3-mini results without affecting Bseq"). The table's
+values are not in papers/ (the paper gives no figure we could quote); ours: not yet run.
 """
 
 import os

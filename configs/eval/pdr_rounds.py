@@ -1,7 +1,9 @@
-"""PDR paper Table 4 / App. E (arXiv 2510.01123): 4 rounds against 5, the 5-round schedule at
-the higher compute.
+"""PDR paper Table 4 / App. E (arXiv 2510.01123) in-graph on Qwen3-8B: 4 rounds against 5, the
+5-round schedule at the higher compute. The paper ran this comparison on gemini-2.5-flash
+(App. E); its API counterpart is configs/eval/gemini25flash_table4_rounds.py.
 
-Qwen3-8B, AIME 2024, 8k tokens per call, shared top-2 ranked by `self_pointwise`, mean@16:
+Model: Qwen3-8B (in-graph). AIME 2024, 8k tokens per call, shared top-2 ranked by
+`self_pointwise`, mean@16:
 - (32, 16, 8, 4, 1), 5 rounds: App. E, "the higher-compute setting uses 32 first-round
   generations" (M_1 = 32 is the paper's; the later round sizes are ours, halving);
 - (16, 8, 4, 1), 4 rounds, the lower-compute setting: only the higher-compute setting starts
@@ -18,10 +20,11 @@ Command to run:
         --config.model_path=/ckpts/Qwen3-8B
 Runtime ESTIMATE (`prd-jax compile --estimate`, not measured): at most 4.8e8 generated
 tokens; roofline 1.5 h on a v5p-128, 8.5 h on 8xH200 (a floor).
-Expected (paper, Table 4 / App. E), 4 rounds -> 5 rounds on the four questions of its table:
-Q1 0.4375 -> 0.625, Q2 0.0625 -> 0, Q3 and Q4 flat; a mixed per-question result, not a
-uniform gain from the fifth round. For the mean over all 30 problems and for the (8, 4, 1)
-point the paper gives no figure; ours: not yet run.
+Expected (paper, Table 4 / App. E): for Qwen3-8B the paper gives no figure. Its Table 4 figures
+are gemini-2.5-flash's, 4 rounds -> 5 rounds on the four questions of its table:
+Q1 0.4375 -> 0.625, Q2 0.0625 -> 0, Q3 and Q4 flat; a mixed per-question result, not a uniform gain from
+the fifth round (quoted for that model in configs/eval/gemini25flash_table4_rounds.py). Ours:
+not yet run.
 """
 
 import os

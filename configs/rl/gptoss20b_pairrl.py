@@ -2,7 +2,8 @@
 configs/rl/qwen3_4b_pairrl.py (its code setting) with the model swapped. Generator: Dr.GRPO
 advantages and constant loss normaliser, PPO clip-higher 0.2 / 0.28, no KL, 4 mini-batches (ours).
 Verifier: strict pairs of the step's own rollouts, reward 1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|),
-group baseline, lambda = 1. lr 1e-6, 64 prompts per step (the paper's batch 64). Training problems
+group baseline, lambda = 1. lr 1e-6, 64 prompts per step, clip 0.2 / 0.28 (ours: the V1 text in
+papers/ states no lr, batch or clip). Training problems
 (ours, as in the Qwen3-4B config): the CodeContests train split, all-tests-pass reward, statements of
 at most 2048 tokens, prompts of 3072, 8 rollouts of up to 8192 tokens, 200 steps.
 

@@ -3,9 +3,9 @@ PDR paper's (arXiv 2510.01123) RL recipe, objective from §3.3 and setup from §
 scale: pods only. Same recipe as configs/rl/qwen3_8b.py; only the model differs.
 
 The recipe is the PDR paper's for "an 8B base model" (configs/rl/qwen3_8b.py, which runs it on
-Qwen3-8B, our choice, and says what is the paper's and what is ours): CISPO plus the auxiliary
-SFT term on correct rollouts (alpha = 0.1), temperature 1.0 and top-p 1.0, App. B.3's learning
-rate 5e-7 for 800 steps; CISPO's importance weight clipped from above only (1 + eps_high =
+Qwen3-8B, our choice, and says what is the paper's and what is ours): CISPO plus an auxiliary
+SFT term on correct rollouts (alpha = 0.1; both ours, not in papers/), temperature 1.0 and top-p
+1.0, App. B.3's learning rate 5e-7 for 800 steps; CISPO's importance weight clipped from above only (1 + eps_high =
 1.28). Running it on Llama, and from the Instruct checkpoint (configs/sft/llama31_8b.py), is
 our choice. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so
 operator RL (configs that roll out PDR) can share these shapes.

@@ -3,8 +3,8 @@ pairwise self-verifier on code, as the paper reports PairRL. Generator: Dr.GRPO 
 Dr.GRPO's constant loss normaliser (`rl.aggregation="seq_mean_token_sum_norm"`, arXiv
 2503.20783 §3), PPO clip-higher 0.2 / 0.28, no KL. Verifier: strict pairs of the step's own
 rollouts, reward 1/2 sum_{A,B} 1(|v - y| <= 0.2)(1 - |v - y|), baseline = mean of the same
-prompt's verifier rows (Dr.GRPO's group baseline), lambda = 1. lr 1e-6, 64 prompts per step
-(the paper's batch 64).
+prompt's verifier rows (Dr.GRPO's group baseline), lambda = 1. lr 1e-6 and 64 prompts per step
+(ours, as the clip 0.2 / 0.28: the V1 text in papers/ states no lr, batch or clip).
 
 What the V1 text in papers/ states (§5, App. B): one model trained on the same rollouts for
 generation and pairwise verification (J_Gen, J_PairVerif), strict pairing, the sparsity threshold

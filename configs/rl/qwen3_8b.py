@@ -3,8 +3,9 @@
 pods only. The PDR-RL configs (qwen3_8b_pdr.py, qwen3_8b_continual_pdr.py) and the baseline
 (qwen3_8b_baseline.py) all run this recipe.
 
-From the paper: CISPO plus the auxiliary SFT term on correct rollouts (alpha = 0.1, §3.3),
-temperature 1.0 and top-p 1.0, and App. B.3's learning rate 5e-7 for 800 steps; the policy
+From the paper (App. B.3): temperature 1.0 and top-p 1.0, learning rate 5e-7 for 800 steps; the
+objective, CISPO plus an auxiliary SFT term on correct rollouts (alpha = 0.1), is ours (not in
+papers/: the summary names no RL objective); the policy
 starts from the SFT stage, which starts from a base model (configs/sft/qwen3_8b.py). The paper
 trains "an 8B base model"; that it is Qwen3-8B(-Base) is our choice. Not stated in the paper as
 far as we found, so our choices: the batch (32 prompts x 32 rollouts = 1024 sequences), the

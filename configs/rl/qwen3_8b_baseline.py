@@ -1,6 +1,6 @@
 """Baseline RL for the PDR paper's comparison (arXiv 2510.01123 §4.2, Table 3 "RL" rows):
 Qwen3-8B (our choice of the paper's "8B base model"), standard long-trace rollouts only, the
-recipe of configs/rl/qwen3_8b.py (CISPO + aux SFT alpha = 0.1; learning rate 5e-7 for 800
+recipe of configs/rl/qwen3_8b.py (CISPO + aux SFT alpha = 0.1, ours; learning rate 5e-7 for 800
 steps, App. B.3, the same as PDR-RL's so the two differ only in their rollouts) with every
 operator and verifier knob spelled out (all off).
 
@@ -9,7 +9,9 @@ Command to run (see configs/rl/qwen3_8b.py for hardware, meshes and the runtime 
         gs://BUCKET/rl_baseline --config.model.init_workdir=gs://BUCKET/sft_qwen3_8b \\
         --config.model.path=/data/Qwen3-8B-Base
 Reproduces: the baseline-RL rows the paper compares PDR-RL against (Table 3), evaluated
-with configs/eval/aime_pdr_sweep.py under Long-CoT and PDR inference.
+with configs/eval/qwen3_8b_table3.py. Expected (paper, §4.2 and Table 3): the paper gives no
+figure for baseline RL alone in papers/, only PDR-RL's gains over it (+3.34 / +1.67) and
+continual PDR-RL's (+5.00 / +4.59) on AIME 2024 / 2025. Ours: not yet run.
 """
 
 import os

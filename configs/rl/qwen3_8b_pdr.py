@@ -1,10 +1,11 @@
 """Operator-consistent PDR-RL (arXiv 2510.01123 §3.3, §4.2, Table 3 "PDR-RL" rows): Qwen3-8B
 (our choice of the paper's "8B base model") from the SFT checkpoint (SFT from Qwen3-8B-Base,
-configs/sft/qwen3_8b.py); each step's 32 prompts are split 50/50 between standard rollouts and
-PDR-round rollouts (M = 4 drafts, shared top-k = 2 forwarded, one refine) run by the eval
-operator; the refine completions are trained (workspace and template masked). Recipe
-(configs/rl/qwen3_8b.py): CISPO + aux SFT (alpha = 0.1), learning rate 5e-7 for 800 steps (App.
-B.3).
+configs/sft/qwen3_8b.py); each step's 32 prompts are split 50/50 (ours) between standard rollouts
+and PDR-round rollouts (M = 4 drafts, shared top-k = 2 forwarded, one refine; §4.2: "four
+parallel generations, one round, and two candidates forwarded", "mixing operator and standard
+RL batches", no split stated) run by the eval operator; the refine completions are trained
+(workspace and template masked). Recipe (configs/rl/qwen3_8b.py): CISPO + aux SFT (alpha = 0.1,
+ours), learning rate 5e-7 for 800 steps (App. B.3).
 
 Top-k is ranked, not random: `selector="self_pointwise"`, the policy itself rates each draft
 1-10 (model-based ranking, as the paper's top-k; `pairwise_v1`, our V1 extension, is the
@@ -33,6 +34,10 @@ operator prompt adds 4 draft calls per refine call, roughly 2.5x the rollout tim
         --config.model.path=/data/Qwen3-8B-Base
 Ablations: --config.rl.operator_fraction, --config.rl.operator.schedule, .k, .selector,
 --config.rl.gradient_targets=drafts_and_refine.
+Expected (paper, §4.2 and Table 3): "PDR RL first improves over baseline by +3.34 points on
+AIME 2024 and +1.67 points on AIME 2025" (over configs/rl/qwen3_8b_baseline.py, both
+evaluated with configs/eval/qwen3_8b_table3.py). Ours: not yet run; per step, an ESTIMATE as
+above.
 """
 
 import os
