@@ -5,7 +5,7 @@ Qwen3-4B-Instruct-2507, each with the selector the paper evaluates it with, on L
 v6 and CodeContests.
 
 Arg `POLICY[,BENCH[,BACKEND]]`. Every policy's first row is `long_cot`: Pass@1 without
-test-time scaling (its mean@k; the paper's "at N=16" estimates the same mean over 16 draws).
+test-time scaling (its mean@k; our reading of the paper's "at N=16": the same mean over 16 draws).
 Then:
 - `pairrl`, `pairrl_frozen`, `rl`: V1-Infer, best-of-16 + the pairwise Swiss tournament
   (`pairwise_v1`) at 1x and 2x N judge calls (16 + 16 and 16 + 32 calls). The paper compares
