@@ -383,8 +383,7 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
     from prd_jax.backends import estimate, for_eval
     from prd_jax.backends.config import BackendConfig
     from prd_jax.config_check import load
-    from prd_jax.eval_config import EvalConfig
-    from prd_jax.evaluate import _context, eval_sampling, eval_task
+    from prd_jax.eval_setup import EvalSetup
 
     config = load(args.config, rest)
     if config.get("operators") is not None:
@@ -392,13 +391,9 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
         if backend.remote:  # an API run: requests, tokens and cost; there is nothing to compile
             if not args.estimate:
                 raise ValueError("config.backend.kind='openai': nothing runs on a pod; use --estimate")
-            ec = EvalConfig.from_config(config)
-            _, tok = for_eval.eval_lm(ec, backend.replace_key_env(), None, progress=False)
-            task = eval_task(config)
-            templates = config.get("templates") or task.templates
-            sampling = eval_sampling(ec, tok.stop_ids)
-            rows = estimate.remote_estimates(config, tok, backend, lambda s: _context(
-                tok, sampling, s.kappa, s.k_max, templates, task))
+            setup = EvalSetup.from_config(config)  # as `prd-jax eval` builds it
+            _, tok = for_eval.eval_lm(setup.config, backend.replace_key_env(), None, progress=False)
+            rows = estimate.remote_estimates(config, tok, backend, setup.with_lm(None, tok).context)
             print(estimate.remote_table(rows, backend))
             return 0
     target = report.target_of(config, args.topology, args.devices)

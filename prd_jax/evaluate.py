@@ -16,7 +16,6 @@ The workdir may be local or a URI (gs://...; `prd_jax.fileio`). On several proce
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import os
@@ -32,36 +31,17 @@ from prd_jax.backends import for_eval
 from prd_jax.checkpoint import load_workdir, resolve_checkpoint
 from prd_jax.config_io import save_config
 from prd_jax.eval_config import EvalConfig
+from prd_jax.eval_setup import EvalSetup, build_spec, eval_sampling, eval_task  # noqa: F401 (re-exported)
 from prd_jax.host import is_main, on_main, to_host
 from prd_jax.mesh import init_distributed, make_mesh
 from prd_jax.model import load
-from prd_jax.operators import registry
 from prd_jax.operators.budget import JUDGE_CALLS
 from prd_jax.plots import pareto_plot
 from prd_jax.operators.lm import ModelLM
-from prd_jax.operators.runner import answer_texts, encode_problems, make_context, run_operator
-from prd_jax.sampling import Sampling
-from prd_jax.prompts import template_set
-from prd_jax.tasks import get_task, require_data, task_for_config
-from prd_jax.tasks.grading import TaskGrader, TaskGrouper
+from prd_jax.operators.runner import answer_texts, encode_problems, run_operator
+from prd_jax.tasks import require_data
 
 log = logging.getLogger(__name__)
-
-def build_spec(entry: dict):
-    """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...}.
-
-    `type` is a registered operator name (`operators.registry`: long_cot, sr, pdr, best_of_n,
-    rsa and any operator registered by an imported module); a `judge` field may be a dict
-    of Judge fields."""
-    return registry.build_spec(entry)
-
-
-def eval_sampling(ec: EvalConfig, stop_ids) -> Sampling:
-    """The sampling every operator call of an eval run shares: `config.sampling` (the one
-    sampling config: T, top-p, top-k and the sampler's cost options, none of which changes
-    a row's tokens) with the tokenizer's stop ids."""
-    return dataclasses.replace(ec.sampling, stop_ids=tuple(stop_ids))
-
 
 def check_settings(ec: EvalConfig, workdir: str, checkpoint: str = "") -> None:
     """Resume only under the settings the workdir's rows were made with (`settings.json`).
@@ -250,37 +230,12 @@ def _k_max(spec) -> int:
     return spec.k_max
 
 
-_CONTEXTS: dict = {}
-
-
-def _context(tok, sampling, kappa, k_max: int, templates: str, task="gsm8k"):
-    """One operator Context per (tokenizer, settings, task), reused across calls: the compiled
-    operator is cached per context, so evaluating several checkpoints that share a
-    tokenizer object (the demo) compiles each operator once. Its oracle grader and majority
-    grouper are the task's (`tasks.grading`); give the grader the run's rows (`add_rows`)."""
-    task = get_task(task)
-    key = (id(tok), sampling, kappa, k_max, templates, task)
-    if key not in _CONTEXTS:  # the entry holds `tok`, so its id is not reused while cached
-        _CONTEXTS[key] = (tok, make_context(tok, sampling, grader=TaskGrader(task, tok),
-                                            grouper=TaskGrouper(task, tok), kappa=kappa, k_max=k_max,
-                                            templates=templates))
-    return _CONTEXTS[key][1]
-
-
-def eval_task(config):
-    """The task an eval config reads its problems from and grades with: `config.task`
-    (`tasks.task_for_config`; a config still naming `dataset` gets an error naming `task`)."""
-    return task_for_config(config)
-
-
 def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = True) -> list:
     """Run `config.operators` on `config.task`'s problems (or the given `rows`); write results,
     summary and plot to `workdir`. `model` is anything with cfg, params, tokenizer, mesh.
     `config` is checked once here (`EvalConfig`); its typed parts go down."""
-    task = eval_task(config)  # the data, grading, oracle and majority key (first: names removed data fields)
-    ec = EvalConfig.from_config(config)
-    templates = ec.templates or task.templates
-    template_set(templates)  # an unknown set fails before any work
+    setup = EvalSetup.from_config(config)  # task (data, grading, oracle, majority key), prompt set: checked first
+    task, ec = setup.task, setup.config
     if rows is None:  # a built-in benchmark not yet fetched: one line naming `prd-jax data get`
         require_data(task, ec.split or None, ec.data_dir or None)
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
@@ -292,7 +247,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     checkpoint = "@".join(map(str, ckpt)) if ckpt else ""  # WORKDIR@STEP
     check_settings(ec, workdir, checkpoint)
     save_config(config, workdir)
-    specs = [build_spec(dict(e)) for e in ec.operators]
+    specs = setup.specs()
     if rows is None:  # the task is the one way data enters (issue 35 §1)
         rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
         if main:  # e.g. "livecodebench_v6: 175 problems (2025-02-01..2025-05-01 of release_v6)"
@@ -309,7 +264,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     if not backend.remote:
         tok = model.tokenizer
         lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, ec.sampling.max_rows)
-    sampling = eval_sampling(ec, tok.stop_ids)
+    setup = setup.with_lm(lm, tok)
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = ec.batch_size
@@ -323,7 +278,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
             ec.max_problem_tokens, width=ec.max_problem_tokens)))
     with (fileio.open(results_path, "a") if main else open(os.devnull, "w")) as out:  # written by process 0
         for op_index, spec in enumerate(specs):
-            ctx = _context(tok, sampling, spec.kappa, spec.k_max, templates, task)
+            ctx = setup.context(spec)
             ctx.grader.add_rows(rows)  # the oracle looks rows up by gold key (code: the task id)
             for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(ec.k_samples):

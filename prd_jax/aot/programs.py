@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from prd_jax.aot import estimate as E
 from prd_jax.config_schema import default
 from prd_jax.eval_config import EvalConfig
-from prd_jax.evaluate import _context, build_spec, eval_sampling
+from prd_jax.eval_setup import EvalSetup
 from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.decoder import param_shapes
@@ -303,30 +303,30 @@ def eval_estimates(config, cfg, mesh, tokenizer, chip) -> List[EvalEstimate]:
     bound, like the generated tokens). Forced-rating reads (one prefill each) are left out."""
     runs = -(-config.num_problems // config.batch_size) * config.k_samples
     m = mesh3(mesh)
+    setup = eval_setup(config, tokenizer)
 
     def times(c: SamplerCall) -> float:
         budget = re.search(r"\[(\d+) calls\]$", c.name)
         return int(budget.group(1)) / (c.prompts / config.batch_size) if budget else 1.0
 
     out = []
-    for spec in [build_spec(dict(e)) for e in config.operators]:
-        calls = [c for c in _eval_calls(config, cfg, mesh, tokenizer, spec) if not c.name.endswith(".logits")]
+    for spec in setup.specs():
+        calls = [c for c in _eval_calls(setup, cfg, mesh, spec) if not c.name.endswith(".logits")]
         tokens = sum(times(c) * c.shape().rows * c.shape().gen_len for c in calls)
         secs = sum(times(c) * E.sampler_seconds(cfg, c.shape(), m, chip) for c in calls)
         out.append(EvalEstimate(spec.label, tokens * runs, secs * runs))
     return out
 
 
-def _eval_context(config, tokenizer, spec):
-    """The operator context eval builds for `spec` (templates, sampling, row cap)."""
-    sampling = eval_sampling(EvalConfig.from_config(config), tokenizer.stop_ids)
-    return _context(tokenizer, sampling, spec.kappa, spec.k_max,
-                    config.get("templates", "default"))
+def eval_setup(config, tokenizer) -> EvalSetup:
+    """The setup `evaluate` builds for `config` (task, prompt set, sampling), with no LM: nothing runs."""
+    return EvalSetup.from_config(config).with_lm(None, tokenizer)
 
 
-def _eval_calls(config, cfg, mesh, tokenizer, spec) -> List[SamplerCall]:
-    return operator_calls(cfg, mesh, spec, _eval_context(config, tokenizer, spec),
-                          (config.batch_size, config.max_problem_tokens), tokenizer.pad_id)
+def _eval_calls(setup: EvalSetup, cfg, mesh, spec) -> List[SamplerCall]:
+    ec = setup.config
+    return operator_calls(cfg, mesh, spec, setup.context(spec), (ec.batch_size, ec.max_problem_tokens),
+                          setup.tokenizer.pad_id)
 
 
 def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = False) -> List[Program]:
@@ -335,14 +335,14 @@ def eval_programs(config, cfg, mesh, tokenizer, chip, whole_operators: bool = Fa
 
     The whole programs are off by default: they run the same calls one after another, so their
     memory is close to their largest call's, and they are slow to compile (docs/results/2026-11-30-aot-fit.md)."""
+    setup = eval_setup(config, tokenizer)
     shape = (config.batch_size, config.max_problem_tokens)
     progs, all_calls = [], []
-    for spec in largest_budgets([build_spec(dict(e)) for e in config.operators]):
-        calls = _eval_calls(config, cfg, mesh, tokenizer, spec)
+    for spec in largest_budgets(setup.specs()):
+        calls = _eval_calls(setup, cfg, mesh, spec)
         if whole_operators:
-            ctx = _eval_context(config, tokenizer, spec)
-            progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, ctx, shape, tokenizer.pad_id,
-                                          calls, chip))
+            progs.append(operator_program(f"eval.{spec.label}", cfg, mesh, spec, setup.context(spec), shape,
+                                          tokenizer.pad_id, calls, chip))
         all_calls += calls
     progs += call_programs(cfg, mesh, all_calls, chip, tokenizer.pad_id, "sampling.max_rows")
     return progs
