@@ -46,9 +46,10 @@ For LiveCodeBench v6, and for `long_cot`, the paper gives no GPT-OSS-20B figure 
 have (the 76% on LiveCodeBench-v6, its model not named: configs/eval/gptoss20b_v1_vs_rsa.py).
 Ours: not yet run.
 
-Open (ours): GPT-OSS writes its reasoning in an analysis channel, not a `</think>` block, so a
-judge sees a candidate's reasoning too (head + tail kept, the final program or answer at the
-tail); no reasoning level is passed (the chat template's default; V1's released quick-start
+Open (ours): GPT-OSS writes its reasoning in an analysis channel, not a `</think>` block; a
+judge sees a candidate's final channel only (`quote_thinking` is off: the text after
+`<|channel|>final<|message|>`, `operators.runner.thinking_marker`; a candidate that never
+opened it is quoted whole, head + tail kept); no reasoning level is passed (the chat template's default; V1's released quick-start
 uses "medium").
 """
 

@@ -7,7 +7,11 @@ path)`. `ARGS = ()`: the config tests find no case to load here.
 Command to run: one of the configs above, e.g.
     prd-jax eval --config configs/eval/gptoss20b_v1_infer.py:codecontests --workdir runs/gptoss20b_v1_cc
 
-What the paper sets and every config here keeps (V1 §4; also docs/design.md's V1 numbers):
+What the paper sets and every config here keeps (V1 §4, quoted from
+../shared/papers/v1-pairwise-self-verification-arxiv-2603.04304.txt: "Most experiments generate
+N ∈ {8, 16} candidate solutions", "verification budgets of 1x, 2x, and 3x the number of base
+solutions", "Swiss refinement uses dmin = 2, window size h = 8, confidence floor τ = 0.1",
+"Sampling uses temperature 0.6 for code, 1.0 for math, and top-p 0.95 throughout"):
 N = 16 candidates; pairwise verification budgets of 1x, 2x, 3x N judge calls; Swiss
 tournament d_min = 2, window h = 8, tau = 0.1 (the `Judge` defaults, written out here so the
 config carries them); sampling top-p 0.95 with T = 0.6 on code and T = 1.0 on math.
