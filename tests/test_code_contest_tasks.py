@@ -191,7 +191,7 @@ def cc_float_row():
 
 @pytest.fixture(scope="module")
 def cc_grades():
-    task = get_task("codecontests")
+    task = get_task("codecontests").options(time_scale=1.0)  # the published limits: a 1 s time-out case
     hog = "a = bytearray(400 << 20)\nprint(len(a))\n"
     cases = [
         ("ok", cc_row(), SUM_OK),
@@ -225,7 +225,7 @@ def test_cc_float_tolerance(cc_grades):
 
 
 def test_cc_cases_take_the_problem_limits():
-    task = get_task("codecontests")
+    task = get_task("codecontests").options(time_scale=1.0)
     spec = task.cases(cc_row(seconds=2, nanos=500_000_000, memory=64 << 20))
     assert (spec["timeout_s"], spec["memory_mb"], len(spec["tests"])) == (2.5, 64, 4)
     assert task.options(time_scale=2.0).cases(cc_row(seconds=1))["timeout_s"] == 2.0

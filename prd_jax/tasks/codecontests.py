@@ -12,9 +12,22 @@ stdin/stdout. Output is compared token by token after whitespace normalisation
 (`rewards.code.outputs_match`, "tokens"): integer tokens exactly, other numeric tokens within
 `float_tol` (default 1e-6, absolute, or relative where the expected value exceeds 1 in
 magnitude), any other token exactly. Each case runs under the problem's own time limit times
-`time_scale` (1.0: the limit as published; `timeout_s` when the row has none) and its own
+`time_scale` (see below; `timeout_s` when the row has none) and its own
 memory limit as the sandbox's address-space limit (`memory_mb` when the row has none).
 Grading, statuses and reward modes: `tasks.contest`.
+
+Time limits for Python (`time_scale`, default 5.0). The published limits are the contests'
+own, set for C++ judges; our programs run on CPython. Other evaluators do
+not apply them at 1.0x: DeepMind's CodeContests execution code runs every test under one
+fixed limit (google-deepmind/code_contests, `execution/tester_sandboxer.h`: `TestOptions`
+`max_execution_duration = absl::Seconds(10)`, which `execution/solve_example.cc` keeps),
+LiveCodeBench's runner gives each test 6 s (`lcb_runner/evaluation/
+compute_code_generation_metrics.py`, `timeout=6`), AlphaCodium 3 s on CodeContests
+(`alpha_codium/settings/configuration.toml`, `[code_contests_tester] timeout = 3`). At 5x a
+2 s problem gets the dataset authors' own 10 s and a 1 s problem 5 s (LiveCodeBench's 6 s lies
+between). The prompt states the published limit. How many published correct Python 3
+solutions pass at 1x, 2x, 3x and 5x: `benchmarks/codecontests_time_limits.py`, and
+docs/results/2026-12-04-codecontests-time-limits.md.
 
 Prompt: the statement, its limits, and the instruction to write a whole program that reads
 standard input and writes standard output.
@@ -62,14 +75,16 @@ def time_limit_s(row: dict) -> Optional[float]:
 class CodeContestsTask(ContestTask):
     """CodeContests problems graded on their tests (see the module docstring)."""
 
-    time_scale: float = 1.0  # multiplies each problem's published time limit
+    time_scale: float = 5.0  # multiplies each problem's published (C++) time limit for CPython
     float_tol: float = 1e-6
     test_sets: tuple = TEST_SETS
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.time_scale > 0:
-            raise ValueError(f"{self.name}: time_scale={self.time_scale}; allowed: a number > 0")
+        scale = self.time_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+            raise ValueError(f"{self.name}: time_scale={scale!r}; allowed: a finite number > 0 (the factor on "
+                             "each problem's published time limit)")
         if not self.float_tol >= 0:
             raise ValueError(f"{self.name}: float_tol={self.float_tol}; allowed: a number >= 0")
         bad = [s for s in self.test_sets if s not in TEST_SETS]
