@@ -163,7 +163,7 @@ def sft_loss(logp: Array, weights: Array, aggregation: str = "token_mean") -> Su
 
 def aux_sft_weights(weights: Array, correct: Array) -> Array:
     """`weights [B, T]` with the rows of incorrect rollouts zeroed (`correct [B]`), for the
-    auxiliary SFT term on correct rollouts (PDR paper, arXiv 2510.01123, operator RL, alpha=0.1)."""
+    auxiliary SFT term on correct rollouts (alpha = 0.1 in the configs: ours, not stated in ../shared/papers/)."""
     if correct.shape != weights.shape[:1]:
         raise ValueError(f"correct must have shape [B]={weights.shape[:1]}; got {correct.shape}")
     return weights * correct.astype(bool).astype(weights.dtype)[:, None]
@@ -208,7 +208,7 @@ def aux_sft_term(logp: Array, weights: Array, correct: Array, *, normaliser: str
       / N; with "token_mean" that is `sum_correct(-logp) / (all completion tokens)`, i.e.
       the correct-token mean times the share of correct tokens (our wording).
     `nll` is the metric `(sum_correct(-logp), C)`, the mean NLL of correct-rollout tokens.
-    The PDR paper (arXiv 2510.01123) gives alpha = 0.1 and not the normaliser (ours).
+    Neither alpha = 0.1 nor the normaliser is stated in ../shared/papers/ (both ours).
     """
     check_choice("aux SFT normaliser", normaliser, AUX_SFT_NORMALISERS)
     nll = -jnp.asarray(logp, jnp.float32)

@@ -31,12 +31,12 @@ from prd_jax.train import advantages as adv_lib
 from prd_jax.train.rl_rows import sequences_to_batch, verifier_rows_per_prompt
 
 
-# V1-PairRL objective (V1 paper §5): Dr.GRPO advantages and loss aggregation (the constant
+# V1-PairRL objective. From the V1 paper (§5 summary in ../shared/papers/): the pairwise verifier,
+# the sparsity threshold 0.2 and strict pairing. Ours (not stated there): Dr.GRPO advantages and loss aggregation (the constant
 # normaliser, arXiv 2503.20783 §3: every row of the batch x the row width, so a verifier slot
 # left without an admissible pair, zero weight, still counts and the denominator is the same
-# every step; `losses.aggregate`), PPO clip-higher 0.2 / 0.28, no KL and no auxiliary SFT;
-# pairwise verifier on strict pairs, threshold reward 0.2, lambda = 1, the verifier baseline
-# per prompt group as Dr.GRPO's. The PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`
+# every step; `losses.aggregate`), PPO clip-higher 0.2 / 0.28, no KL and no auxiliary SFT,
+# lambda = 1, the verifier baseline per prompt group as Dr.GRPO's. The PairRL configs apply it with `c.rl.update(PAIRRL_OBJECTIVE)`
 # (and set `rl.minibatches` to suit their grad_accum_steps).
 PAIRRL_OBJECTIVE = dict(advantage="dr_grpo", loss="ppo", eps_low=0.2, eps_high=0.28, kl_coef=0.0, aux_sft_coef=0.0,
                         aggregation="seq_mean_token_sum_norm", verifier="pairwise", verifier_coef=1.0,
@@ -44,7 +44,9 @@ PAIRRL_OBJECTIVE = dict(advantage="dr_grpo", loss="ppo", eps_low=0.2, eps_high=0
 
 
 def verifier_reward(ratings: np.ndarray, labels: np.ndarray, threshold: float = 0.2) -> np.ndarray:
-    """V1 §5: r = (1/|S|) sum_s 1(|v_s - y_s| <= threshold) (1 - |v_s - y_s|), v = (rating - 1) / 9.
+    """V1 §5's sparsity-threshold reward (threshold 0.2 in the paper); its form
+    r = (1/|S|) sum_s 1(|v_s - y_s| <= threshold) (1 - |v_s - y_s|) and the map v = (rating - 1) / 9
+    are ours (the summary in ../shared/papers/ states neither).
 
     `ratings [R, S]` in 1..10 (0 = unparsed: that slot earns 0), `labels [R, S]` in {0, 1};
     S = 2 (pairwise, the paper's 1/2 sum over A and B) or 1 (pointwise).

@@ -12,7 +12,7 @@ The loss (per completion token, `losses.policy_loss`): PPO-clip with asymmetric
 eps_low/eps_high or CISPO, aggregated token-mean, sequence-mean-token-mean or with Dr.GRPO's
 constant normaliser (`losses.aggregate`); plus
 `kl_coef` x k3 KL to the frozen initial policy and `aux_sft_coef` x NLL on the tokens of
-correct rollouts (the PDR paper's auxiliary SFT term, alpha = 0.1). The KL term uses the
+correct rollouts (an auxiliary SFT term, alpha = 0.1: ours, not stated in ../shared/papers/). The KL term uses the
 policy loss's denominator; the SFT term's normaliser is `rl.aux_sft_normaliser` (RLConfig),
 exact under accumulation given the batch's `aux_sft_scale`.
 """
@@ -65,8 +65,8 @@ class RLConfig:
       (`losses.aux_sft_scale` of the global batch, one block per mini-batch), else computed
       over each microbatch. "policy": the policy loss's denominator (token_mean: all
       completion tokens, correct or not), i.e. the correct-token mean times the correct
-      share. The PDR paper (arXiv 2510.01123, §3.3) gives alpha = 0.1 on correct rollouts,
-      not the normaliser; the default is our reading.
+      share. The term, alpha = 0.1 and this normaliser are ours: the PDR paper's text in
+      ../shared/papers/ states no RL objective.
     """
 
     prompts_per_step: int = 4
