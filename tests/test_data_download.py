@@ -418,3 +418,16 @@ def test_mirror_publishes_every_convertible_benchmark_from_a_data_dir(tmp_path):
         for s in b.splits if b.name in spec else ():
             assert read_jsonl(tmp_path / "data" / s.dest) == read_jsonl(SHARED / s.dest), s.dest
     assert spec["aime2025"]["rows"] == {"test": 30} and len(spec["aime2025"]["sha256"]) == 2
+
+
+def test_every_built_in_benchmark_task_has_a_catalog_entry():
+    """Each task the package registers over benchmark files (not a synthetic draw) names the
+    `prd-jax data get` entry that fetches its data, so a missing file names the command."""
+    from prd_jax.data import catalog
+    from prd_jax.tasks import get_task, task_names
+    from prd_jax.tasks.synthetic import DrawnTask
+
+    built_in = [n for n in task_names() if type(get_task(n)).__module__.startswith("prd_jax.tasks")
+                and not isinstance(get_task(n), DrawnTask)]
+    assert {"gsm8k", "livecodebench_release_v6", "codecontests", "hmmt_feb2025"} <= set(built_in)
+    assert [n for n in built_in if catalog.for_task(n) is None] == []

@@ -172,7 +172,8 @@ BENCHMARKS = (
         convert="humaneval", note="checksum not pinned (the revision is)"),
     Benchmark(
         "livecodebench", "livecodebench/code_generation_lite", "0fe84c3912ea0c4d4a78037083943e8f0c4dd505",
-        "CC (as the dataset card states it)", ("livecodebench", "livecodebench_v5", "livecodebench_v6"),
+        "CC (as the dataset card states it)",
+        ("livecodebench", "livecodebench_v5", "livecodebench_v6", "livecodebench_release_v5", "livecodebench_release_v6"),
         (Split("test", _lcb_files(), 1055, "code/livecodebench", ("code/livecodebench/*",)),),
         note="about 4.5 GB (release_v1..v6 files)"),
     Benchmark(
