@@ -17,8 +17,9 @@ tournament d_min = 2, window h = 8, tau = 0.1 (the `Judge` defaults, written out
 config carries them); sampling top-p 0.95 with T = 0.6 on code and T = 1.0 on math.
 
 Benchmarks (`BENCHMARKS`, the tasks of `prd_jax/tasks/`): `codecontests` (its test split, 165
-problems), `livecodebench_v5` / `livecodebench_v6` (the tasks' version windows; which reading
-of "v5" / "v6" the paper uses is not stated, see `tasks/livecodebench.py`), `hmmt_feb2025`
+problems), `livecodebench_v5` / `livecodebench_v6` (contest dates 2024-08-01..2025-02-01 of
+release_v5 and 2025-02-01..2025-05-01 of release_v6: our reading, the paper gives no dates; the
+sources are in `tasks/livecodebench.py` and docs/data.md), `hmmt_feb2025`
 (30 problems). The data are the published files under the data dir (`--config.data_dir`,
 default $PRD_DATA_DIR); `prd-jax data get codecontests livecodebench hmmt_feb2025` fetches them.
 
@@ -56,6 +57,8 @@ TOURNAMENT = dict(d_min=2, window=8, tau=0.1)  # V1 App. C.1: "dmin = 2, window 
 TOP_P = 0.95  # V1 App. C.1
 BENCHMARKS = {  # task, split, sampling temperature (V1 App. C.1), problems, domain-specific budgets (ours)
     "codecontests": dict(task="codecontests", split="test", temperature=0.6, num_problems=165, domain="code"),
+    # num_problems: a cap at the release's size, so the whole date window runs (eval prints its count;
+    # 279 and 175 are reported elsewhere, docs/data.md, not checked against the files here)
     "livecodebench_v5": dict(task="livecodebench_v5", split="", temperature=0.6, num_problems=880, domain="code"),
     "livecodebench_v6": dict(task="livecodebench_v6", split="", temperature=0.6, num_problems=1055, domain="code"),
     "hmmt_feb2025": dict(task="hmmt_feb2025", split="", temperature=1.0, num_problems=30, domain="math"),
