@@ -18,40 +18,10 @@ import ml_collections
 
 from prd_jax import fileio
 from prd_jax.config_fields import declared
-from prd_jax.config_schema import MOVED, check_moved, convert, leaves, literal, moved  # noqa: F401 (re-exported)
+from prd_jax.config_schema import MOVED, convert, leaves, literal, moved
 from prd_jax.host import is_main
 
 PREFIX = "--config."
-
-# Keys that moved: old dotted name -> new one. The sampler's settings live in one
-# `config.sampling` sub-config (`prd_jax.sampling.Sampling`), read by eval and RL alike.
-_SAMPLING_MOVES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-                   "max_rows_per_call": "max_rows", "compact_min_rows": "compact_min_rows",
-                   "compact_ratio": "compact_ratio", "prefill_groups": "prefill_groups",
-                   "cache_window": "cache_window", "prompt_groups": "prompt_groups",
-                   "decode_layers": "decode_layers"}
-MOVED = {**{old: f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()},
-         **{f"rl.{old}": f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()}}
-
-
-def moved(dotted: str, new: str) -> str:
-    """The error text for a key that moved."""
-    return (f"config.{dotted} moved to config.{new} (one sampling config for eval and RL, "
-            f"prd_jax.sampling.Sampling): use --config.{new}=... or set c.{new} in the config file")
-
-
-def check_moved(config, keys=None) -> None:
-    """Raise, naming the new field, when `config` (a ConfigDict or dict) still holds a key
-    that moved (`MOVED`). `keys` limits the check to those old dotted names."""
-    for old, new in MOVED.items():
-        if keys is not None and old not in keys:
-            continue
-        *parents, leaf = old.split(".")
-        node = config
-        for name in parents:
-            node = node.get(name) if hasattr(node, "get") else None
-        if hasattr(node, "keys") and leaf in node.keys():
-            raise ValueError(moved(old, new))
 
 
 def load_config(spec: str):

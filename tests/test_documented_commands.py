@@ -32,7 +32,8 @@ import shlex
 import pytest
 
 from prd_jax import cli, config_check, config_schema
-from prd_jax.config_io import MOVED, apply_overrides
+from prd_jax.config_io import apply_overrides
+from prd_jax.config_schema import MOVED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_COMMANDS = ("eval", "train", "compile", "demo")

@@ -11,7 +11,8 @@ import ml_collections
 import pytest
 
 from prd_jax import sampling as S
-from prd_jax.config_io import MOVED, apply_overrides, load_config
+from prd_jax.config_io import apply_overrides, load_config
+from prd_jax.config_schema import MOVED
 from prd_jax.eval_config import EvalConfig
 from prd_jax.operators import specs
 from prd_jax.operators.calls import sampling_config
