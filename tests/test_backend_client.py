@@ -5,7 +5,6 @@ with their reasons, resume after SIGKILL without paying twice, and the key in no
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from prd_jax.backends.cache import RequestCache, request_key
 from prd_jax.backends.client import backoff_s, retry_after_s
 from prd_jax.backends.config import BackendConfig, default_backend, with_backend
 from prd_jax.config_io import apply_overrides, load_config
+from servers import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -90,14 +90,8 @@ def test_request_cache_survives_a_torn_line_and_ignores_no_content(tmp_path):
 
 # ----------------------------------------------------------------------------- against a faulty endpoint
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_fake(tmp_path, *args):
-    port = _free_port()
+    port = free_port()
     log = str(tmp_path / f"fake_{port}.jsonl")
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_openai.py"), "--port", str(port), "--log", log,
                              *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -5,11 +5,6 @@ the field, and `prd-jax serve --workdir` serves it over HTTP with the tokens our
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import types
 
 import httpx
@@ -23,6 +18,7 @@ from prd_jax.data.synthetic import CharVocab
 from prd_jax.evaluate import evaluate
 from prd_jax.model import NAMED_CONFIGS
 from prd_jax.sampling import Sampler, Sampling, SamplingConfig
+from servers import prd_serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_OVERRIDES = ["--config.steps=2", "--config.checkpoint_every=1", "--config.keep_checkpoints=3",
@@ -101,30 +97,10 @@ def test_bad_checkpoint_values_name_the_field(tmp_path):
     assert not os.path.exists(tmp_path / "e1")  # nothing written before the check
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_serve_workdir_of_a_char_vocabulary_run(trained):
     workdir, config = trained
-    port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", JAX_DEFAULT_MATMUL_PRECISION="highest")
-    proc = subprocess.Popen([sys.executable, "-m", "prd_jax.cli", "serve", "--workdir", workdir, "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            time.sleep(0.5)
+    with prd_serve("--workdir", workdir) as url:
         name = httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["id"]
         assert name == "tiny@2"  # the newest step
         vocab = CharVocab()
@@ -157,6 +133,3 @@ def test_serve_workdir_of_a_char_vocabulary_run(trained):
         assert "char vocabulary" in r.json()["error"]["message"]
         r = httpx.post(url + "/v1/completions", timeout=60, json={"model": name, "prompt": [5, 120]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"  # id 120: model row, no character
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0

@@ -8,17 +8,13 @@ billed. The official `openai` client works against the server."""
 import concurrent.futures
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
 from prd_jax.backends.config import with_backend
 from prd_jax.config_io import load_config
+from servers import prd_serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GSM8K = os.path.join(ROOT, "configs", "eval", "smollm2_gsm8k.py")
@@ -36,31 +32,10 @@ OPERATORS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", JAX_DEFAULT_MATMUL_PRECISION="highest")
-    proc = subprocess.Popen([sys.executable, "-m", "prd_jax.cli", "serve", "--model", NAME, "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        time.sleep(0.5)
-    yield url
-    proc.send_signal(signal.SIGTERM)  # graceful: uvicorn drains and the process exits 0
-    assert proc.wait(timeout=60) == 0
+    with prd_serve("--model", NAME) as url:
+        yield url
 
 
 @pytest.mark.slow

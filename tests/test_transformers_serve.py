@@ -6,21 +6,15 @@ reported usage, request by request. The requests follow `backends.endpoints` row
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import ml_collections
 import pytest
 
+from servers import free_port, wait_healthy
+
 pytestmark = [pytest.mark.slow, pytest.mark.peer]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -28,28 +22,19 @@ def served(tmp_path_factory):
     """(base_url, model name) of `transformers serve` on loopback, serving `prd-jax export`'s directory."""
     pytest.importorskip("torch")
     pytest.importorskip("fastapi")
-    import httpx
 
     out = str(tmp_path_factory.mktemp("smollm2_hf"))
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     done = subprocess.run([sys.executable, "-m", "prd_jax.cli", "export", "--out", out], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    port = _free_port()
+    port = free_port()
     log = open(os.path.join(out, "..", "serve.log"), "w")
     proc = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", out, "--host",
                              "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
                             env=dict(env, CUDA_VISIBLE_DEVICES=""), stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, "transformers serve did not start"
-            time.sleep(0.5)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, 180, "transformers serve")
         yield f"http://127.0.0.1:{port}/v1", out
     finally:
         proc.terminate()
