@@ -20,7 +20,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "prd_jax"
 # which runs in the grading worker process and is imported in-process only by its fallback.
 LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transformers", "etils",
            "prd_jax.data.seqio_tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
-           "prd_jax.data._tf", "math_verify", "pyarrow")
+           "prd_jax.data._tf", "math_verify", "pyarrow",
+           "wandb")  # wandb: ~1.5 s to import, paid only by runs with "wandb" in config.loggers (prd_jax.tracking)
 # The command line imports each command's modules in its handler, so `prd-jax --help` starts
 # without jax (issue 35 §6; tests/test_cli.py checks sys.modules).
 LAZY_MODULES = ("prd_jax.cli",)
