@@ -16,6 +16,7 @@ from prd_jax.eval_config import EvalConfig
 from prd_jax.config_schema import default, kind_of
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.tasks import task_for_config
+from prd_jax.tracking import WandbConfig, check_loggers
 from prd_jax.train.optim import OptimConfig
 from prd_jax.train.rl import RLConfig
 from prd_jax.train.run import STAGES
@@ -67,7 +68,10 @@ def check_train_config(config) -> None:
     """Validate a training config as `prd-jax train` reads it, loading no model and no data:
     stage, init, tokenizer, the task's name (unless SFT reads `data.mixture` or `data.path`),
     `ModelConfig` (named model + overrides),
-    `OptimConfig` and, for RL, `RLConfig`. Raises ValueError naming the field."""
+    `OptimConfig`, `loggers` and `wandb` (`prd_jax.tracking`) and, for RL, `RLConfig`. Raises
+    ValueError naming the field."""
+    check_loggers(config.get("loggers", default("loggers")))
+    WandbConfig.from_config(config.get("wandb"))
     if config.get("stage") not in STAGES:
         raise ValueError(f"config.stage={config.get('stage')!r}; allowed: {STAGES}")
     if config.model.get("init") not in INITS:

@@ -30,6 +30,7 @@ import typing
 from typing import Any, Optional
 
 from prd_jax.data import preimage, synthetic
+from prd_jax.tracking import WandbConfig
 
 KINDS = ("eval", "train", "demo")
 
@@ -60,6 +61,7 @@ TRAIN_TABLE = {
     "batch_size": Field(int), "grad_accum_steps": Field(int, 1), "steps": Field(int),
     "checkpoint_every": Field(int), "keep_checkpoints": Field(int), "eval_every": Field(int, 0),
     "max_nonfinite_steps": Field(int, 5),
+    "loggers": Field(tuple, ("tensorboard",)),  # prd_jax.tracking.LOGGERS; W&B's run: wandb.* (WandbConfig)
     "model.name": Field(str), "model.path": Field(str, ""), "model.init": Field(str),
     "model.init_workdir": Field(str, ""),
     "data.difficulty": Field(Optional[tuple], None), "data.num_train": Field(int, 0), "data.num_eval": Field(int, 0),
@@ -106,8 +108,9 @@ def dataclass_fields(cls, prefix: str, keep=None, skip=(), defaults=None) -> dic
 
 @functools.lru_cache(maxsize=None)
 def train_fields() -> dict:
-    """`TRAIN_TABLE` plus the SFT trace knobs, each typed by its default."""
+    """`TRAIN_TABLE`, `wandb.*` (`tracking.WandbConfig`) and the SFT trace knobs, each typed by its default."""
     out = dict(TRAIN_TABLE)
+    out.update(dataclass_fields(WandbConfig, "wandb."))
     hints = typing.get_type_hints(synthetic.sft_traces)
     for name, p in inspect.signature(synthetic.sft_traces).parameters.items():
         if p.kind is p.KEYWORD_ONLY:

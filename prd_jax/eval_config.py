@@ -19,6 +19,7 @@ from prd_jax.config_schema import check_moved
 from prd_jax.model.config import REASONING_EFFORTS
 from prd_jax.prompts import template_set
 from prd_jax.sampling import Sampling
+from prd_jax.tracking import WandbConfig, check_loggers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,9 @@ class EvalConfig:
     - `backend`: in-graph (default) or a remote server (`config.backend`);
     - `checkpoint`: "WORKDIR" or "WORKDIR@STEP" of a `prd-jax train` run: evaluate its policy
       in-graph with the run's own model and tokenizer (`checkpoint.load_workdir`; no @STEP: its
-      newest saved step) instead of `model`; the workdir and step are recorded in the settings.
+      newest saved step) instead of `model`; the workdir and step are recorded in the settings;
+    - `loggers`: where the summary also goes (`prd_jax.tracking.LOGGERS`; default none: the
+      workdir's files are the record), `wandb`: the W&B run (`tracking.WandbConfig`).
     """
 
     model: str
@@ -62,8 +65,13 @@ class EvalConfig:
     sampling: Sampling = Sampling()
     backend: BackendConfig = BackendConfig()
     checkpoint: str = ""
+    loggers: tuple = ()
+    wandb: WandbConfig = WandbConfig()
 
     def __post_init__(self):
+        object.__setattr__(self, "loggers", check_loggers(self.loggers))
+        if not isinstance(self.wandb, WandbConfig):
+            object.__setattr__(self, "wandb", WandbConfig.from_config(self.wandb))
         for f in ("num_problems", "batch_size", "max_problem_tokens", "k_samples"):
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -143,4 +151,5 @@ class EvalConfig:
         raw["operators"] = tuple(dict(e) for e in raw["operators"])
         raw["sampling"] = Sampling.from_config(raw.get("sampling"))
         raw["backend"] = BackendConfig.from_config(raw.get("backend"))
+        raw["wandb"] = WandbConfig.from_config(raw.get("wandb"))
         return cls(**raw)

@@ -216,8 +216,12 @@ def test_schema_is_derived_from_the_dataclasses():
     assert under(rl, "optim.") == names(OptimConfig)
     assert under(rl, "sampling.") == set(CONFIG_KEYS)
     ev = declared(load_config(GSM8K))
-    assert under(ev, "") - {"sampling", "backend"} == names(EvalConfig) - {"sampling", "backend"}
+    assert under(ev, "") - {"sampling", "backend", "wandb"} == names(EvalConfig) - {"sampling", "backend", "wandb"}
     assert under(ev, "backend.") == names(BackendConfig)
+    from prd_jax.tracking import WandbConfig
+
+    assert under(ev, "wandb.") == under(rl, "wandb.") == names(WandbConfig)
+    assert (ev["loggers"].default, rl["loggers"].default) == ((), ("tensorboard",))
     assert rl["rl.minibatches"].default == RLConfig.__dataclass_fields__["minibatches"].default
     from prd_jax.model.config import NAMED_CONFIGS
 

@@ -6,8 +6,10 @@ rows) -> (batch, host_metrics)` (only the global batch rows `rows` this process 
 
 - workdir (a local path or a URI such as gs://bucket/run; files via `prd_jax.fileio`,
   written by process 0 only): the resolved config (`config.json`), orbax checkpoints
-  (`checkpoints/`), TensorBoard events (clu metric writers), `metrics.jsonl` (one JSON
-  line per step);
+  (`checkpoints/`), `metrics.jsonl` (one JSON line per step) and the trackers of
+  `config.loggers` (`prd_jax.tracking`; default TensorBoard events through clu): each step's
+  metrics and the resolved config. A stage with `use_tracker(tracker)` is handed the run's
+  `Tracker` before the first step (to write texts such as sample rollouts);
 - resume: the latest restorable step, the data position and the RNG come back, so a run
   killed and restarted ends bit-identical to an uninterrupted one on the same devices;
   metrics.jsonl lines after the restored step are dropped;
@@ -35,6 +37,7 @@ from prd_jax.checkpoint import Checkpointer
 from prd_jax.config_io import save_config
 from prd_jax.config_schema import default
 from prd_jax.host import is_main, to_host
+from prd_jax.tracking import Tracker, WandbConfig, open_tracker
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
 from prd_jax.train.step import compile_step, minibatch_updates, train_step
@@ -93,13 +96,11 @@ def put_local(batch: dict, rows: list, shardings: dict, abstract_batch: dict) ->
 
 
 class MetricsLog:
-    """TensorBoard scalars (clu) + metrics.jsonl + a tqdm bar; writes on process 0 only."""
+    """Scalars to `tracker` (`config.loggers`) + metrics.jsonl + a tqdm bar; files on process 0 only."""
 
-    def __init__(self, workdir: str, start: int, total: int, progress: bool):
-        from clu import metric_writers
-
+    def __init__(self, workdir: str, start: int, total: int, progress: bool, tracker: Tracker):
         self.main = is_main()
-        self.writer = metric_writers.create_default_writer(workdir, just_logging=not self.main)
+        self.tracker = tracker
         self.path = os.path.join(workdir, "metrics.jsonl")
         if self.main and fileio.exists(self.path):  # drop lines after the restored step
             lines = fileio.read_text(self.path).splitlines(keepends=True)
@@ -111,7 +112,7 @@ class MetricsLog:
 
     def write(self, step: int, metrics: dict) -> None:
         scalars = {k: float(v) for k, v in metrics.items()}
-        self.writer.write_scalars(step, scalars)
+        self.tracker.scalars(step, scalars)
         if self.file:
             self.file.write(json.dumps({"step": step, **scalars}) + "\n")
             self.file.flush()
@@ -120,7 +121,7 @@ class MetricsLog:
 
     def close(self) -> None:
         self.bar.close()
-        self.writer.flush()
+        self.tracker.close()
         if self.file:
             self.file.close()
 
@@ -165,7 +166,12 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     holder = {"state": state, "step": step}
     ckpt.install_preemption_handler(
         lambda: (holder["step"], as_tree(holder["state"]), {"data": stage.data_state()}))
-    metrics_log = MetricsLog(workdir, step, config.steps, progress)
+    tracker = open_tracker(config.get("loggers", default("loggers")), workdir,
+                           WandbConfig.from_config(config.get("wandb")), is_main())
+    tracker.config(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+    if hasattr(stage, "use_tracker"):
+        stage.use_tracker(tracker)
+    metrics_log = MetricsLog(workdir, step, config.steps, progress, tracker)
     metrics: dict = {}
     bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", default("max_nonfinite_steps"))
     try:
