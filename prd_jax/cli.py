@@ -1,9 +1,10 @@
-"""`prd-jax` command line: `generate`, `eval`, `train`, `inspect`, `compile`, `serve`, `export` and `demo`.
+"""`prd-jax` command line: `generate`, `eval`, `results`, `train`, `inspect`, `compile`, `serve`, `export`, `demo`.
 
     prd-jax generate --model smollm2-135m --prompt "What is 7*8?" --chat --max-new-tokens 64
     prd-jax eval --config configs/eval/smollm2_gsm8k.py --workdir /tmp/eval --config.num_problems=3
     prd-jax train --config configs/sft/tiny.py --workdir /tmp/sft_tiny [--config.steps=100]
     prd-jax inspect --workdir /tmp/sft_tiny [--json]
+    prd-jax results /tmp/eval_a /tmp/eval_b [--csv table.csv] [--json]
     prd-jax compile --config configs/rl/qwen3_8b_pdr.py:v5p-128 [--topology v5p:4x4x4 | h200:8] [--json]
     prd-jax serve --model smollm2-135m [--path DIR | --workdir W] [--host 127.0.0.1] [--port 8000]
     prd-jax export --workdir /tmp/sft_tiny --out /tmp/sft_tiny_hf [--step N] [--dtype bfloat16]
@@ -218,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = add("eval", help="run operators on a dataset (mean@k, pass@k, B_seq, B_total)", **_config_help("eval"))
     ev.add_argument("--config", required=True, help="config file, e.g. configs/eval/smollm2_gsm8k.py")
     ev.add_argument("--workdir", default=None, help="output directory (results.jsonl, summary.md, pareto.png); required")
+    ev.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (problems done, tokens/s, requests, time left)")
     tr = add("train", help="SFT or RL per a config (resumes from the workdir)", **_config_help("train"))
     tr.add_argument("--config", required=True, help="config file, e.g. configs/rl/tiny.py")
     tr.add_argument("--workdir", default=None, help="run directory (checkpoints, TensorBoard, metrics.jsonl); required")
@@ -267,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     ins = add("inspect", help="summarise a training workdir (fails if it has no checkpoint)")
     ins.add_argument("--workdir", required=True)
     ins.add_argument("--json", action="store_true", help="print one JSON object (`step` = `latest_step`)")
+    res = add("results", help="compare eval workdirs: operators x runs, mean@k / pass@k with 95%% CI, budgets")
+    res.add_argument("runs", nargs="+", metavar="[NAME=]WORKDIR", help="eval workdirs (local or gs://)")
+    res.add_argument("--average", action="store_true",
+                     help="each operator's mean@k averaged over the runs, one per benchmark (V1 code average)")
+    res.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
+    res.add_argument("--json", action="store_true", help="print the table as JSON records")
     _add_data_args(sub.add_parser("data", help="fetch the built-in benchmarks (`data get`) or list them (`data list`)"),
                    common)
     return parser
@@ -350,7 +359,7 @@ def _run(args: argparse.Namespace, rest: list) -> None:
         from prd_jax.config_check import load
         from prd_jax.evaluate import evaluate
 
-        evaluate(load(args.config, rest, kind="eval"), args.workdir)
+        evaluate(load(args.config, rest, kind="eval"), args.workdir, progress=not args.no_progress)
     elif args.command == "train":
         from prd_jax.config_check import load
         from prd_jax.train.run import train
@@ -369,6 +378,10 @@ def _run(args: argparse.Namespace, rest: list) -> None:
         from prd_jax.data import download
 
         download.main(args)
+    elif args.command == "results":
+        from prd_jax import results  # pandas: the `analysis` extra
+
+        results.main(args)
     elif args.command == "serve":
         from prd_jax.serve.app import serve
 

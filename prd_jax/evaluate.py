@@ -1,4 +1,5 @@
-"""Evaluation harness: operators x problems x k samples -> results.jsonl, summary.md, pareto.png.
+"""Evaluation harness: operators x problems x k samples -> results.jsonl, summary.md, pareto.png,
+results.json (`prd_jax.results_json`: scores with intervals, budgets and the run's identity).
 
 Metrics follow the PDR paper (arXiv 2510.01123 §4): mean@k accuracy (mean over problems
 of the per-problem mean over k samples), pass@k (share of problems with at least one
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from prd_jax import fileio
+from prd_jax import fileio, results_json
 from prd_jax.backends import for_eval
 from prd_jax.checkpoint import load_workdir, resolve_checkpoint
 from prd_jax.config_io import save_config
@@ -107,14 +108,16 @@ def row_budgets(row: dict) -> dict:
             "b_seq_no_judge": sum(o for o, a, g in zip(out, acc, gen) if a and g)}
 
 
-def summarize(rows: Iterable[dict]) -> list:
+def summarize(rows: Iterable[dict], detail: bool = False) -> list:
     """Per-operator mean@k, pass@k, the four mean budgets, parse failures and skips.
 
     Operators are compared over the same problems: the scores and budgets are over the
     problems every operator answered (no failed row: a remote request failed), `problems`
     counts them, and `failed` counts each operator's failed rows (`problems_dropped`: the
     problems left out). Remote runs add each operator's billed completion and hidden
-    reasoning tokens (`remote`)."""
+    reasoning tokens (`remote`). `detail` adds `detail`: the compared and dropped problem
+    ids (sorted), each compared problem's mean and solved flag, and each row's budgets
+    (what `results_json` turns into intervals and quantiles)."""
     by_op = collections.defaultdict(lambda: collections.defaultdict(list))
     skipped = collections.Counter()
     failed = collections.defaultdict(list)
@@ -158,6 +161,13 @@ def summarize(rows: Iterable[dict]) -> list:
             for k in ("completion_tokens", "reasoning_tokens"):  # every request billed, rating reads included
                 counts[k] = int(sum((r.get("remote") or {}).get(k, 0) for r in mine))
             table[-1]["remote"] = counts
+        if detail:
+            ids = sorted(problems, key=str)
+            table[-1]["detail"] = {
+                "compared": ids, "dropped": sorted(every - common, key=str), "rows": len(all_rows),
+                "per_problem": [float(np.mean([r["correct"] for r in problems[p]])) for p in ids],
+                "solved": [any(r["correct"] for r in problems[p]) for p in ids],
+                "budgets": {b: [r[b] for r in budgets if b in r] for b in BUDGETS}}
     return table
 
 
@@ -236,6 +246,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     `config` is checked once here (`EvalConfig`); its typed parts go down."""
     setup = EvalSetup.from_config(config)  # task (data, grading, oracle, majority key), prompt set: checked first
     task, ec = setup.task, setup.config
+    run_id, started = results_json.new_run_id(), results_json.utc_now()  # this invocation's rows carry run_id
     if rows is None:  # a built-in benchmark not yet fetched: one line naming `prd-jax data get`
         require_data(task, ec.split or None, ec.data_dir or None)
     if model is None:  # `prd-jax eval`: join the other processes, if any (PRD_COORDINATOR, SLURM, TPU pod)
@@ -290,7 +301,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         if j not in todo:
                             continue
                         out.write(json.dumps({"problem_id": chunk[j]["id"], "operator": spec.label,
-                                              "sample": sample, "skipped": reason}) + "\n")
+                                              "sample": sample, "skipped": reason, "run_id": run_id,
+                                              "model": served}) + "\n")
                     if kept:
                         # One key per (operator, problem, sample): results do not depend on batching.
                         op_key = jax.random.fold_in(jax.random.key(ec.seed), op_index)
@@ -317,6 +329,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 "truncations": int(res.truncations[i]),
                                 "judge_unparsed": int(res.judge_unparsed[i]),
                                 "calls": _calls_rows(res.calls, i), "completion": text, "model": served,
+                                "run_id": run_id,
                                 **for_eval.row_fields(remote.get(i, {}) if backend.remote else None)}) + "\n")
                     out.flush()
     bar.close()
@@ -333,6 +346,11 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {served}{via}\n\n{md}\n")
         print(md)
         pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({served})")
+        written = fileio.read_jsonl(results_path)  # results.json: scores with intervals, budgets, identity
+        results_json.write(workdir, results_json.build(
+            summarize(written, detail=True), written, task=task.name, model=served, checkpoint=checkpoint,
+            config=config, run_id=run_id, started=started, finished=results_json.utc_now(),
+            previous=results_json.read_previous(workdir)))
     return table
 
 
