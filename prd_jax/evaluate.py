@@ -208,7 +208,7 @@ DIFFICULTY_ORDER = ("easy", "medium", "hard")  # LiveCodeBench's labels, in this
 def difficulty_table(results: Iterable[dict], difficulty_of: dict) -> list:
     """`summarize` over each difficulty's problems (V1 arXiv 2603.04304 §4 reports hard
     LiveCodeBench-v6 problems apart): results rows joined by `problem_id` with `difficulty_of`
-    (problem id -> the published label, `Task.difficulty`; rows of unlabelled problems are left
+    (problem id -> the published label, `Task.difficulty_label`; rows of unlabelled problems are left
     out). Each entry is a `summarize` row with `difficulty` added; easy, medium, hard first."""
     groups = collections.defaultdict(list)
     for r in results:
@@ -338,7 +338,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)
-        levels = {r["id"]: task.difficulty(r) for r in rows}
+        levels = {r["id"]: task.difficulty_label(r) for r in rows}
         by_level = difficulty_table(fileio.read_jsonl(results_path), {k: v for k, v in levels.items() if v})
         if by_level:  # per-difficulty rows (LiveCodeBench's easy / medium / hard)
             md += "\n\n" + difficulty_markdown(by_level)

@@ -68,8 +68,9 @@ class Task:
         """What the grader runs for `row`: "function", "program" (`prompts.ARTIFACTS`) or None (not code)."""
         return None
 
-    def difficulty(self, row: dict) -> Optional[str]:
-        """The row's published difficulty label (e.g. LiveCodeBench's easy / medium / hard), or None."""
+    def difficulty_label(self, row: dict) -> Optional[str]:
+        """The row's published difficulty label (e.g. LiveCodeBench's easy / medium / hard), or None (named
+        apart from the synthetic tasks' `difficulty` field, the chain lengths they draw)."""
         return None
 
     def selection(self, rows: Sequence[dict]) -> str:

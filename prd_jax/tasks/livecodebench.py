@@ -254,7 +254,7 @@ class LiveCodeBenchTask(ContestTask):
             where.append(f"contest days {self.start_date or ''}..{self.end_date or ''} inclusive")
         return f"{self.name}: {len(rows)} problems" + (f" ({'; '.join(where)})" if where else " (every row)")
 
-    def difficulty(self, row: dict) -> Optional[str]:
+    def difficulty_label(self, row: dict) -> Optional[str]:
         value = str(row.get("difficulty") or "").strip().lower()
         return value if value in DIFFICULTIES else None
 
