@@ -20,6 +20,7 @@ import collections
 import json
 import logging
 import os
+import time
 from typing import Iterable
 
 import jax
@@ -41,6 +42,7 @@ from prd_jax.plots import pareto_plot
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts, encode_problems, run_operator
 from prd_jax.tasks import require_data
+from prd_jax.tracking import open_tracker
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +281,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = ec.batch_size
-    total = len(specs) * ec.k_samples * -(-len(rows) // batch)
-    bar = tqdm(total=total, desc="eval", disable=not (progress and main), dynamic_ncols=True)
+    bar = Progress(len(specs) * ec.k_samples * len(rows), progress and main, backend.remote)
     chunks = []  # tokenized once, shared by every operator
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
@@ -293,9 +294,9 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
             ctx.grader.add_rows(rows)  # the oracle looks rows up by gold key (code: the task id)
             for start, chunk, probs, kept, skipped in chunks:
                 for sample in range(ec.k_samples):
-                    bar.update(1)
                     todo = [j for j in range(len(chunk)) if (chunk[j]["id"], spec.label, sample) not in done]
                     if not todo:
+                        bar.update(len(chunk))
                         continue
                     for j, reason in skipped.items():
                         if j not in todo:
@@ -332,6 +333,8 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 "run_id": run_id,
                                 **for_eval.row_fields(remote.get(i, {}) if backend.remote else None)}) + "\n")
                     out.flush()
+                    bar.update(len(chunk), tokens=int(np.sum(np.asarray(res.calls.b_total)[at])) if kept else 0,
+                               requests=sum(s.get("requests", 0) for s in remote.values()) if kept else 0)
     bar.close()
     if backend.remote:
         lm.host.client.close()
@@ -346,12 +349,54 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {served}{via}\n\n{md}\n")
         print(md)
         pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({served})")
+        track_summary(ec, config, workdir, table, md, ckpt[1] if ckpt else 0)
         written = fileio.read_jsonl(results_path)  # results.json: scores with intervals, budgets, identity
         results_json.write(workdir, results_json.build(
             summarize(written, detail=True), written, task=task.name, model=served, checkpoint=checkpoint,
             config=config, run_id=run_id, started=started, finished=results_json.utc_now(),
             previous=results_json.read_previous(workdir)))
     return table
+
+
+class Progress:
+    """The eval bar: problems done (operators x samples x problems), generated tokens per second
+    (over every call), remote requests sent, and (tqdm's) the time left."""
+
+    def __init__(self, total: int, enabled: bool, remote: bool):
+        self.bar = tqdm(total=total, desc="eval", unit="problem", disable=not enabled, dynamic_ncols=True)
+        self.remote, self.tokens, self.requests, self.t0 = remote, 0, 0, time.perf_counter()
+
+    def update(self, problems: int, tokens: int = 0, requests: int = 0) -> None:
+        self.tokens, self.requests = self.tokens + tokens, self.requests + requests
+        post = {"tok/s": f"{self.tokens / max(time.perf_counter() - self.t0, 1e-9):.0f}"}
+        if self.remote:
+            post["requests"] = self.requests
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(problems)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# per-operator numbers sent to `config.loggers` as eval/<operator>/<name>
+TRACKED = ("mean_at_k", "ci95", "pass_at_k", *BUDGETS, "problems", "k", "parse_failures", "failed")
+
+
+def track_summary(ec: EvalConfig, config, workdir: str, table: list, md: str, step: int = 0) -> None:
+    """Send the summary to `config.loggers` (`prd_jax.tracking`), at `step` (a checkpoint's step,
+    else 0): the resolved config, eval/<operator>/<TRACKED name> scalars, the summary rows as
+    a table and as markdown (`eval/summary`, `eval/summary_md`) and `pareto.png` (`eval/pareto`)."""
+    if not ec.loggers:
+        return
+    tracker = open_tracker(ec.loggers, workdir, ec.wandb)
+    try:
+        tracker.config(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+        tracker.scalars(step, {f"eval/{t['operator']}/{k}": t[k] for t in table for k in TRACKED})
+        tracker.table("eval/summary", [{k: v for k, v in t.items() if k != "detail"} for t in table], step)
+        tracker.text(step, "eval/summary_md", md)
+        tracker.image("eval/pareto", os.path.join(workdir, "pareto.png"), step)
+    finally:
+        tracker.close()
 
 
 def _pad_batch(problems, batch: int):

@@ -30,6 +30,8 @@ from typing import Iterable, Optional
 import numpy as np
 from PIL import Image
 
+from prd_jax import fileio
+
 log = logging.getLogger(__name__)
 
 LOGGERS = ("tensorboard", "wandb")
@@ -114,6 +116,12 @@ def markdown_rows(rows: list) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows])
 
 
+def read_image(path: str) -> Image.Image:
+    """An RGB image from a local path or a URI (`prd_jax.fileio`)."""
+    with fileio.open(path, "rb") as f, Image.open(f) as im:
+        return im.convert("RGB")
+
+
 def flat(values: dict, prefix: str = "") -> dict:
     """{"a/b": leaf} of a nested dict; lists and other non-scalars as JSON text."""
     out = {}
@@ -143,9 +151,7 @@ class TensorBoardTracker(Tracker):
         self.writer.write_texts(step, {name: markdown_rows(rows)})
 
     def image(self, name, path, step=0):
-        with Image.open(path) as im:
-            pixels = np.asarray(im.convert("RGB"), dtype=np.uint8)
-        self.writer.write_images(step, {name: pixels[None]})
+        self.writer.write_images(step, {name: np.asarray(read_image(path), dtype=np.uint8)[None]})
 
     def config(self, values):
         self.writer.write_texts(0, {"config": "```json\n" + json.dumps(values, indent=1, default=str) + "\n```"})
@@ -207,7 +213,7 @@ class WandbTracker(Tracker):
         self.run.log({name: self.wandb.Table(columns=cols, data=data)}, step=step)
 
     def image(self, name, path, step=0):
-        self.run.log({name: self.wandb.Image(path)}, step=step)
+        self.run.log({name: self.wandb.Image(read_image(path))}, step=step)
 
     def config(self, values):
         self.run.config.update(values, allow_val_change=True)
