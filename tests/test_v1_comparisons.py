@@ -4,8 +4,8 @@
   pointwise, PairRL / RL / the frozen ablation with the pairwise tournament, the base model with
   both), at the budgets the paper compares, and its checkpoint comes from `config.checkpoint`.
 - `configs/eval/qwen3_4b_v1_matched_calls.py` runs on every code benchmark and its docstring
-  averages the three runs with `prd_jax.average_runs`, whose numbers are checked by hand on
-  fake result rows. No model is loaded.
+  averages the three runs with `prd-jax results --average` (`prd_jax.results.average_runs`),
+  whose numbers are checked by hand on fake result rows. No model is loaded.
 """
 
 import json
@@ -16,7 +16,8 @@ import runpy
 
 import pytest
 
-from prd_jax import average_runs as avg
+from prd_jax import cli
+from prd_jax import results as avg
 from prd_jax.config_check import validate
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.evaluate import build_spec
@@ -107,7 +108,7 @@ def test_matched_calls_runs_every_code_benchmark_and_averages_them():
     workdirs = dict(re.findall(r"prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls\.py:(\w+) "
                                r"--workdir (\S+)", text))
     assert set(workdirs) == set(CODE)
-    line = re.search(r"python -m prd_jax\.average_runs (.*)", text).group(1)
+    line = re.search(r"prd-jax results --average (.*)", text).group(1)
     runs = avg.parse_runs([t for t in line.split() if "=" in t and not t.startswith("--")])
     assert runs == workdirs  # the average reads exactly the three benchmarks' workdirs
     for bench in CODE:
@@ -165,11 +166,12 @@ def test_an_operator_missing_from_a_run_gets_no_average(three_runs, tmp_path):
 
 
 def test_command_line_prints_and_writes_the_table(three_runs, tmp_path, capsys):
-    out = tmp_path / "average.md"
-    assert avg.main([f"{n}={w}" for n, w in three_runs.items()] + ["--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert out.read_text() == printed
-    lines = printed.splitlines()
+    out = tmp_path / "average.csv"
+    cli.main(["results", "--average", *[f"{n}={w}" for n, w in three_runs.items()], "--csv", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    csv = out.read_text().splitlines()
+    assert csv[0] == "operator,A_mean_at_k,A_problems,B_mean_at_k,B_problems,C_mean_at_k,C_problems,mean,pooled,b_total"
+    assert csv[1] == "pw,0.75,2,0.25,4,1.0,1,0.6666666666666666,0.5,300.0"
     assert lines[0] == ("| operator | A mean@k (problems) | B mean@k (problems) | C mean@k (problems) | "
                         "mean over runs | pooled over problems | mean B_total |")
     assert lines[2] == "| pw | 0.750 (2) | 0.250 (4) | 1.000 (1) | 0.667 | 0.500 | 300 |"
@@ -177,10 +179,11 @@ def test_command_line_prints_and_writes_the_table(three_runs, tmp_path, capsys):
 
 
 def test_bad_runs_are_named(tmp_path, capsys):
+    assert avg.parse_runs(["runs/a", "B=runs/b"]) == {"a": "runs/a", "B": "runs/b"}  # unnamed: the last part
     with pytest.raises(ValueError, match="NAME=WORKDIR"):
-        avg.parse_runs(["runs/a"])
+        avg.parse_runs(["=runs/a"])
     with pytest.raises(ValueError, match="'A' given twice"):
         avg.parse_runs(["A=x", "A=y"])
     with pytest.raises(SystemExit):
-        avg.main([f"A={tmp_path / 'nothing'}"])
+        cli.main(["results", "--average", f"A={tmp_path / 'nothing'}"])
     assert "no results.jsonl" in capsys.readouterr().err

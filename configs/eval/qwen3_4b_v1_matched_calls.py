@@ -16,7 +16,7 @@ The figure is an average over the code-generation benchmarks, and `prd-jax eval`
 per workdir: run each code benchmark (`CODE_BENCHES`: LiveCodeBench v5, v6, CodeContests, the
 code benchmarks of the paper that prd_jax has; the paper's code list also names SWE-Bench, which
 it does not, and the text we have does not say which benchmarks the average covers), then
-average the operators over the three workdirs with `prd_jax.average_runs` (each benchmark's
+average the operators over the three workdirs with `prd-jax results --average` (each benchmark's
 mean@k, their unweighted mean and the mean weighted by problems).
 
 Arg `BENCH[,BACKEND]`: BENCH is livecodebench_v6 (default), livecodebench_v5, codecontests or
@@ -32,8 +32,8 @@ Command to run:
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v5 --workdir runs/matched_lcb5
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6 --workdir runs/matched_lcb6
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:codecontests --workdir runs/matched_cc
-    python -m prd_jax.average_runs livecodebench_v5=runs/matched_lcb5 livecodebench_v6=runs/matched_lcb6 \\
-        codecontests=runs/matched_cc --out runs/matched_average.md
+    prd-jax results --average livecodebench_v5=runs/matched_lcb5 livecodebench_v6=runs/matched_lcb6 \\
+        codecontests=runs/matched_cc --csv runs/matched_average.csv
 In-graph (likewise per benchmark, then the same average):
     prd-jax compile --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200
     prd-jax eval --config configs/eval/qwen3_4b_v1_matched_calls.py:livecodebench_v6,8xh200 \\
