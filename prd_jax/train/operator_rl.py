@@ -145,8 +145,9 @@ class OperatorRollouts:
         sizes = self.spec.round_sizes()
         return self.num_problems * self.g * sum(sizes[r] for r, _ in self.trained)
 
-    def __call__(self, params, key, chosen, reward_fn, advantage):
-        """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each)."""
+    def __call__(self, params, key, chosen, reward_fn, advantage, samples=None):
+        """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each); each
+        trained round's rows also go to `samples` (`rollout_log.StepSamples`) when given."""
         problems = self._problems(chosen)
         keys = jax.random.split(key, len(chosen) * self.g)
         out = to_host(self._run(params, problems, keys))
@@ -163,6 +164,9 @@ class OperatorRollouts:
                                else [reward_fn(t, k) for t, k in zip(texts, keys)], np.float32)
             # one advantage group per problem: its G runs (x M drafts)
             adv = np.asarray(advantage(correct.reshape(len(chosen), self.g * m))).reshape(-1)
+            if samples is not None:
+                samples.add(name, np.asarray(tr.prompts).reshape(rr * m, -1), np.asarray(tr.prompt_lengths).reshape(-1),
+                            flat_t, flat_l, texts, correct, keys)
             batch = sequences_to_batch(np.asarray(tr.prompts).reshape(rr * m, -1),
                                        np.asarray(tr.prompt_lengths).reshape(-1), flat_t, flat_l,
                                        np.asarray(tr.logprobs).reshape(rr * m, -1))

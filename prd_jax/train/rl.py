@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,8 @@ from prd_jax.operators.specs import OperatorSpec, Sampling
 from prd_jax.sampling import SamplingConfig
 from prd_jax.train import advantages as adv_lib, operator_rl, router_aux
 from prd_jax.train.chunked_xent import chunked_token_logprobs
+from prd_jax.train.rl_eval import HeldOutEval
+from prd_jax.train.rollout_log import StepSamples
 from prd_jax.train.losses import (AGGREGATIONS, AUX_SFT_NORMALISERS, LOSSES, aggregate, aux_sft_scale,
                                   aux_sft_term, check_choice, k3_kl, policy_loss)
 from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
@@ -104,6 +106,16 @@ class RLConfig:
     # the width of a problem quoted in operator / verifier prompts (0 = max_prompt_tokens);
     # standard rollout prompts are max_prompt_tokens wide
     max_problem_tokens: int = 0
+    # held-out eval every config.eval_every steps (`rl_eval`): the split ("" = the task's default,
+    # "test" for built-in tasks), its first eval_problems problems, and the operators run on them
+    # (None = Long-CoT at max_new_tokens, plus `operator` for operator RL; else entries as an eval
+    # config's `operators`, each with an optional `name` for its metrics)
+    eval_split: str = ""
+    eval_problems: int = 8
+    eval_operators: Optional[tuple] = None
+    # sample rollouts as text every log_rollouts_every steps (0 = off), log_rollouts of them (`rollout_log`)
+    log_rollouts_every: int = 0
+    log_rollouts: int = 4
     # how rollout, operator and verifier calls sample, and their memory bounds (`max_rows`:
     # decode rows in flight per call): `config.sampling`, the one sampling config
     sampling: Sampling = Sampling()
@@ -113,6 +125,11 @@ class RLConfig:
                   "updates_per_batch", "minibatches"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
+        for f in ("eval_problems", "log_rollouts"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
+        if self.log_rollouts_every < 0:
+            raise ValueError(f"config.rl.log_rollouts_every={self.log_rollouts_every}; must be >= 0 (0 = off)")
         if self.max_problem_tokens < 0:
             raise ValueError(f"config.rl.max_problem_tokens={self.max_problem_tokens}; must be >= 0 "
                              "(0 = max_prompt_tokens)")
@@ -168,6 +185,19 @@ class RLConfig:
             if not self.operator.trainable_rounds(self.gradient_targets):
                 raise ValueError(f"config.rl.operator: operator {operator_for(self.operator).name!r} declares no "
                                  "round operator RL can train (OperatorSpec.round_sizes / trainable_rounds)")
+        if self.eval_operators is not None:
+            object.__setattr__(self, "eval_operators", eval_entries(self.eval_operators))
+
+    def eval_specs(self) -> tuple:
+        """((metric name, operator spec), ...) of the held-out eval (`rl_eval`): `eval_operators`,
+        or by default Long-CoT with the rollout budget and, for operator RL, the RL operator
+        itself (PDR §4.2 compares the two)."""
+        if self.eval_operators is not None:
+            return self.eval_operators
+        out = (("long_cot", build_spec({"type": "long_cot", "max_new_tokens": self.max_new_tokens})),)
+        if self.operator_fraction > 0:
+            out += ((operator_for(self.operator).name, self.operator),)
+        return eval_entries(out)
 
     @property
     def problem_tokens(self) -> int:
@@ -265,6 +295,44 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
 CODE_REWARDS = ("fraction", "all_pass")
 
 
+def eval_entries(entries) -> tuple:
+    """`config.rl.eval_operators` as ((name, spec), ...): each entry is an eval config's operator
+    entry (a dict with `type` and the spec's fields) with an optional `name`
+    (default: the registered operator name), a spec, or a (name, spec) pair. Names must differ."""
+    if isinstance(entries, (str, dict)) or not isinstance(entries, (tuple, list)) or not entries:
+        raise ValueError(f"config.rl.eval_operators={entries!r}; must be None (Long-CoT, plus the RL operator "
+                         "for operator RL) or a non-empty tuple of operator entries such as "
+                         "({'type': 'long_cot', 'max_new_tokens': 64},)")
+    out = []
+    for i, entry in enumerate(entries):
+        if hasattr(entry, "to_dict"):
+            entry = entry.to_dict()
+        if isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], OperatorSpec):
+            name, spec = entry
+        elif isinstance(entry, OperatorSpec):
+            name, spec = operator_for(entry).name, entry
+        elif isinstance(entry, dict):
+            entry = dict(entry)
+            name = entry.pop("name", None)
+            try:
+                spec = build_spec(entry)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"config.rl.eval_operators[{i}]: {e}") from None
+            name = name or operator_for(spec).name
+        else:
+            raise ValueError(f"config.rl.eval_operators[{i}]={entry!r}; must be a dict of an operator's fields "
+                             "with `type` (and an optional `name`)")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"config.rl.eval_operators[{i}]: name={name!r}; must be a non-empty string without '/'")
+        out.append((name, spec))
+    names = [n for n, _ in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"config.rl.eval_operators: entries share the name(s) {twice}; give each a distinct "
+                         "`name` (its metrics are eval/<name>/...)")
+    return tuple(out)
+
+
 class TaskReward:
     """The generator reward of the run's task (`prd_jax.tasks`): `(completion, gold key) -> float`.
 
@@ -358,6 +426,10 @@ class RLStage:
         self.rows = (self.num_standard * rl.samples_per_prompt + (self.operator.rows if self.operator else 0)
                      + (self.verifier.rows if self.verifier else 0))
         assert self.rows == batch_rows(rl), (self.rows, batch_rows(rl))
+        # held-out eval (`rl_eval`, every config.eval_every steps) and sample rollouts (`rollout_log`)
+        self.held_out = (HeldOutEval(config, rl, cfg, tokenizer, mesh, task)
+                         if load_data and config.get("eval_every") else None)
+        self._rollout_records = {}  # trainer step -> picked rollout records
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:
@@ -433,7 +505,7 @@ class RLStage:
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
 
-    def _standard(self, params, key, chosen):
+    def _standard(self, params, key, chosen, samples=None):
         rl, g = self.rl, self.rl.samples_per_prompt
         pw = rl.max_prompt_tokens
         prompts = np.full((len(chosen), pw), self.tok.pad_id, np.int32)
@@ -450,6 +522,9 @@ class RLStage:
         grades = self.reward_fn.grades(texts, [chosen[r // g][1] for r in range(rows)])
         reward = np.array([x["reward"] for x in grades], np.float32)
         correct = np.array([x["correct"] for x in grades], np.float32)
+        if samples is not None:
+            samples.add("standard", np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens[:rows],
+                        out.lengths[:rows], texts, reward, [chosen[r // g][1] for r in range(rows)])
         batch = sequences_to_batch(np.repeat(prompts, g, axis=0), np.repeat(lengths, g), out.tokens,
                                    out.lengths, out.logprobs)
         batch.update(advantages=self._advantages(reward.reshape(-1, g)).reshape(-1).astype(np.float32),
@@ -467,14 +542,17 @@ class RLStage:
         standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
         step_key = jax.random.fold_in(state.rng, step)
         groups, metrics, t0 = [], {}, time.perf_counter()
+        every = rl.log_rollouts_every  # the trainer logs this batch's step as step + 1
+        samples = StepSamples(self.tok) if every and (step + 1) % every == 0 else None
         if standard:
-            batch, m, rollouts = self._standard(state.params, jax.random.fold_in(step_key, 0), standard)
+            batch, m, rollouts = self._standard(state.params, jax.random.fold_in(step_key, 0), standard, samples)
             groups.append(batch)
             metrics.update(m)
         if operator:
             t1 = time.perf_counter()
             op_groups, m = self.operator(state.params, jax.random.fold_in(step_key, 1),
-                                         [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages)
+                                         [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages,
+                                         samples=samples)
             groups += op_groups
             metrics.update(m, **{"time/operator_rollout_s": time.perf_counter() - t1})
         if self.verifier:
@@ -506,4 +584,15 @@ class RLStage:
         metrics["response_length"] = float(np.mean([metrics[f"length/{k}"] for k in trained]))
         metrics["time/rollouts_total_s"] = time.perf_counter() - t0
         metrics["rollout/compilations"] = float(self._generate._cache_size())
+        if samples is not None:
+            self._rollout_records[step + 1] = samples.pick(rl.log_rollouts)
         return batch, metrics
+
+    # -- held-out eval and sample rollouts (the trainer's hooks)
+    def evaluate(self, params, step: int) -> dict:
+        """Held-out accuracy and budgets per eval operator (`rl_eval.HeldOutEval`); {} when off."""
+        return self.held_out(params) if self.held_out is not None else {}
+
+    def rollout_records(self, step: int) -> list:
+        """The rollouts picked at trainer step `step` for the text log (`rollout_log`); [] on other steps."""
+        return self._rollout_records.pop(step, [])

@@ -9,7 +9,9 @@ rows) -> (batch, host_metrics)` (only the global batch rows `rows` this process 
   (`checkpoints/`), `metrics.jsonl` (one JSON line per step) and the trackers of
   `config.loggers` (`prd_jax.tracking`; default TensorBoard events through clu): each step's
   metrics and the resolved config. A stage with `use_tracker(tracker)` is handed the run's
-  `Tracker` before the first step (to write texts such as sample rollouts);
+  `Tracker` before the first step (to write texts such as sample rollouts); a stage with
+  `rollout_records(step)` has them written after each step to `rollouts.jsonl` and the tracker
+  (`rollout_log.RolloutLog`, RL's sample rollouts);
 - resume: the latest restorable step, the data position and the RNG come back, so a run
   killed and restarted ends bit-identical to an uninterrupted one on the same devices;
   metrics.jsonl lines after the restored step are dropped;
@@ -39,6 +41,7 @@ from prd_jax.config_schema import default
 from prd_jax.host import is_main, to_host
 from prd_jax.tracking import Tracker, WandbConfig, open_tracker
 from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+from prd_jax.train.rollout_log import RolloutLog
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
 from prd_jax.train.step import compile_step, minibatch_updates, train_step
 
@@ -172,6 +175,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     if hasattr(stage, "use_tracker"):
         stage.use_tracker(tracker)
     metrics_log = MetricsLog(workdir, step, config.steps, progress, tracker)
+    rollout_log = RolloutLog(workdir, step, tracker) if hasattr(stage, "rollout_records") else None
     metrics: dict = {}
     bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", default("max_nonfinite_steps"))
     try:
@@ -190,6 +194,8 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
             if hasattr(stage, "evaluate") and config.get("eval_every") and step % config.eval_every == 0:
                 metrics.update(stage.evaluate(state.params, step))
             metrics_log.write(step, metrics)
+            if rollout_log is not None:
+                rollout_log.write(step, stage.rollout_records(step))
             bad_in_a_row = bad_in_a_row + 1 if metrics["nonfinite"] > 0 else 0
             if bad_in_a_row >= max_bad:
                 raise FloatingPointError(
