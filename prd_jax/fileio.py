@@ -29,6 +29,12 @@ def _gfile():
     return tf.io.gfile
 
 
+def _not_found():
+    from prd_jax.data._tf import tf
+
+    return tf.errors.NotFoundError
+
+
 def open(path, mode: str = "r") -> IO:  # noqa: A001 - the module's file-opening function
     """A file object for `path`; modes r, w, a (text) and rb, wb, ab (bytes). Mode w replaces
     the file on every filesystem (TF's ram:// would otherwise overwrite the old bytes in place)."""
@@ -36,7 +42,10 @@ def open(path, mode: str = "r") -> IO:  # noqa: A001 - the module's file-opening
     if is_uri(path):
         gfile = _gfile()
         if mode.startswith("w") and gfile.exists(path):
-            gfile.remove(path)
+            try:
+                gfile.remove(path)
+            except _not_found():  # TF's ram:// says "x.json" exists when only "x.jsonl" does
+                pass
         return gfile.GFile(path, mode)
     return builtins.open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 

@@ -180,9 +180,11 @@ def write(workdir: str, record: dict) -> None:
 
 
 def read_previous(workdir: str) -> Optional[dict]:
-    """The workdir's results.json, or None when there is none (or it does not parse)."""
+    """The workdir's results.json, or None when there is none (or it does not parse): the file
+    is optional, so any read error (tf.errors.* on a URI; TF's ram:// even says a missing
+    results.json exists beside results.jsonl) means none."""
     path = os.path.join(workdir, "results.json")
     try:
         return fileio.read_json(path) if fileio.exists(path) else None
-    except (ValueError, OSError):
+    except Exception:  # noqa: BLE001
         return None
