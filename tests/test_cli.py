@@ -237,14 +237,14 @@ def test_notebook_on_a_missing_workdir_says_where_it_looked(tmp_path, monkeypatc
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    missing = str(tmp_path / "no_demo_here")
-    monkeypatch.setenv("PRD_DEMO_WORKDIR", missing)
-    nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_checkpoint.ipynb"), as_version=4)
+    missing = str(tmp_path / "no_runs_here")
+    monkeypatch.setenv("PRD_WORKDIRS", missing)
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_runs.ipynb"), as_version=4)
     with pytest.raises(CellExecutionError) as e:
         NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
     msg = str(e.value)
-    assert "NoCheckpointError" in msg and "unsupported format string" not in msg, msg[-2000:]
-    assert f"workdir {os.path.join(missing, 'sft')} has no checkpoints: looked in" in msg, msg[-2000:]
+    assert "FileNotFoundError" in msg, msg[-2000:]
+    assert f"{missing}: no eval workdir (results.jsonl) or training workdir" in msg, msg[-2000:]
 
 
 def test_core_imports_do_not_load_tensorflow():
