@@ -43,23 +43,22 @@ def test_round_trip_append_and_torn_line(root):
         assert f.read() == b"\x89PNG\x00"
 
 
-def test_trainer_files_and_continual_check(root, monkeypatch):
-    from clu import metric_writers
-
+def test_trainer_files_and_continual_check(root):
+    from prd_jax.tracking import Tracker
     from prd_jax.train.setup import check_continual
     from prd_jax.train.trainer import MetricsLog, save_config
 
-    # TensorBoard events are clu's (through epath: gs:// but no ram://); this test is about metrics.jsonl
-    monkeypatch.setattr(metric_writers, "create_default_writer", lambda *a, **k: metric_writers.LoggingWriter())
+    # no logger (TensorBoard events are clu's, through epath: gs:// but no ram://); this test is
+    # about metrics.jsonl
     fileio.makedirs(root)
     save_config(ml_collections.ConfigDict({"stage": "rl", "rl": {"operator_fraction": 0.0}}), root)
-    log = MetricsLog(root, 0, 2, progress=False)
+    log = MetricsLog(root, 0, 2, progress=False, tracker=Tracker())
     log.write(1, {"loss": 1.5})
     log.write(2, {"loss": 1.25})
     log.close()
     assert fileio.read_jsonl(os.path.join(root, "metrics.jsonl")) == [{"step": 1, "loss": 1.5},
                                                                     {"step": 2, "loss": 1.25}]
-    MetricsLog(root, 1, 2, progress=False).close()  # resumed at step 1: the step-2 line goes
+    MetricsLog(root, 1, 2, progress=False, tracker=Tracker()).close()  # resumed at step 1: the step-2 line goes
     assert fileio.read_jsonl(os.path.join(root, "metrics.jsonl")) == [{"step": 1, "loss": 1.5}]
     # continual mode reads the baseline run's config.json from the same filesystem
     continual = ml_collections.ConfigDict({"continual": True, "model": {"init": "checkpoint", "init_workdir": root}})
