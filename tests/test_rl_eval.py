@@ -3,11 +3,11 @@
 - `config.rl.eval_*` / `log_rollouts*` reach RLConfig through `--config.rl.x=v`; the default
   eval operators are Long-CoT (plus the RL operator for operator RL); bad entries name the field.
 - `StepSamples.pick` on hand-made rows: evenly spaced rows, right-aligned prompts decoded.
-- configs/rl/tiny_pdr.py, 2 steps with eval_every=1: metrics.jsonl's eval/<op>/* at steps 1 and 2
-  equal `prd_jax.evaluate.evaluate` of each step's checkpoint (the independent path), and the
-  second eval compiles nothing; rollouts.jsonl holds the picked rollouts, rewards equal to the
-  task's grader on their text.
-- configs/rl/tiny.py with a reward of known spread: each logged reward belongs to its text.
+- configs/rl/tiny_pdr.py, 2 steps with eval_every=1 (trained on a reward with spread, so the
+  params move): metrics.jsonl's eval/<op>/* at steps 1 and 2 equal `prd_jax.evaluate.evaluate`
+  of each step's checkpoint (the independent path), and the second eval compiles nothing;
+  rollouts.jsonl holds the picked rollouts, each reward that of its own text.
+- configs/rl/tiny.py with the task's grader: the logged rewards equal the grader on the logged texts.
 """
 
 from __future__ import annotations
@@ -90,6 +90,30 @@ def test_step_samples_pick_evenly_spaced_rows_and_decode_right_aligned_prompts()
     assert [r["index"] for r in samples.pick(10)] == [0, 1, 2, 3, 4]
 
 
+def test_rollout_log_writes_lines_and_text_and_drops_lines_after_the_restored_step(tmp_path):
+    from prd_jax.tracking import Tracker
+    from prd_jax.train.rollout_log import RolloutLog
+
+    class Texts(Tracker):
+        def __init__(self):
+            self.got = []
+
+        def text(self, step, name, text):
+            self.got.append((step, name, text))
+
+    record = {"kind": "standard", "index": 0, "gold": "7", "prompt": "p", "completion": "c", "reward": 1.0}
+    texts = Texts()
+    log = RolloutLog(str(tmp_path), 0, texts)
+    for step in (1, 2, 3):
+        log.write(step, [dict(record, index=step)])
+    log.write(4, [])  # nothing picked this step: no line, no text
+    assert [r["step"] for r in _lines(tmp_path, "rollouts.jsonl")] == [1, 2, 3]
+    assert [(s, n) for s, n, _ in texts.got] == [(1, "rollouts"), (2, "rollouts"), (3, "rollouts")]
+    assert "reward 1" in texts.got[0][2] and "```\np\n```" in texts.got[0][2]
+    RolloutLog(str(tmp_path), 2, Tracker())  # resumed at step 2
+    assert _lines(tmp_path, "rollouts.jsonl") == [{"step": s, **record, "index": s} for s in (1, 2)]
+
+
 # ----------------------------------------------------------------------------- runs
 
 @pytest.fixture(scope="module")
@@ -131,6 +155,9 @@ def _grade(task, rows, record):
 
 @pytest.mark.slow
 def test_held_out_eval_equals_evaluate_of_each_checkpoint_and_compiles_once(sft_workdir, tmp_path, monkeypatch):
+    """Training rewards with spread (the parity of the graded text's length, `fakes.spread_rewards`)
+    move the params between steps; the held-out eval grades with the task's own grader."""
+    from fakes import spread_rewards
     from prd_jax.checkpoint import read_params
     from prd_jax.evaluate import evaluate
     from prd_jax.model.weights import param_shardings
@@ -140,7 +167,8 @@ def test_held_out_eval_equals_evaluate_of_each_checkpoint_and_compiles_once(sft_
     config = apply_overrides(load_config(RL_TINY_PDR), RL_SMALL + [
         f"--config.model.init_workdir={sft_workdir}", "--config.steps=2", "--config.checkpoint_every=1",
         "--config.eval_every=1", "--config.rl.eval_problems=3", "--config.rl.log_rollouts_every=2",
-        "--config.rl.log_rollouts=3"])
+        "--config.rl.log_rollouts=3", "--config.optim.learning_rate=3e-3"])
+    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: spread_rewards(texts, keys))
     counts = {}
     evaluate_step = rl_mod.RLStage.evaluate
 
@@ -175,11 +203,14 @@ def test_held_out_eval_equals_evaluate_of_each_checkpoint_and_compiles_once(sft_
         for (name, _), row in zip(names.items(), table):
             assert row["problems"] == 3 and row["k"] == 1
             assert metrics[step][f"eval/{name}/accuracy"] == row["mean_at_k"], (step, name)
+            assert metrics[step][f"eval/{name}/unparsed"] == row["parse_failures"] / 3, (step, name)
             for b in ("b_seq", "b_total", "b_seq_io", "b_total_io"):
                 assert metrics[step][f"eval/{name}/{b}"] == row[b], (step, name, b)
                 seen_values.add(row[b])
     assert metrics[1]["eval/pdr/b_total"] > metrics[1]["eval/pdr/b_seq"]  # drafts count in B_total only
     assert len(seen_values) > 2  # budgets vary: the equality is over real numbers, not zeros
+    evals = [{k: v for k, v in metrics[s].items() if k.startswith("eval/")} for s in (1, 2)]
+    assert evals[0] != evals[1]  # each eval saw its own step's params
 
     records = _lines(workdir, "rollouts.jsonl")
     assert [r["step"] for r in records] == [2, 2, 2]  # only step 2 (log_rollouts_every=2), 3 rollouts
@@ -187,18 +218,15 @@ def test_held_out_eval_equals_evaluate_of_each_checkpoint_and_compiles_once(sft_
     train_rows = setup.rl_problems(config, task)
     for r in records:
         assert set(r) >= {"step", "kind", "index", "gold", "prompt", "completion", "reward"}
-        assert r["reward"] == float(_grade(task, train_rows, r)["reward"])
+        assert r["reward"] == len(r.get("answer_text", r["completion"])) % 2  # the reward of this very text
         assert any(task.problem_text(x) in r["prompt"] for x in train_rows if task.gold_key(x) == r["gold"])
 
 
 @pytest.mark.slow
-def test_logged_rewards_belong_to_their_texts(sft_workdir, tmp_path, monkeypatch):
-    """A reward of known spread (the parity of the graded text's length) tells a record whose
-    reward came from another row's text apart."""
-    from fakes import spread_rewards
+def test_logged_rewards_equal_the_task_grader_on_the_logged_texts(sft_workdir, tmp_path):
+    from prd_jax.train import setup
     from prd_jax.train.run import train
 
-    monkeypatch.setattr(rl_mod.TaskReward, "grades", lambda self, texts, keys: spread_rewards(texts, keys))
     config = apply_overrides(load_config(RL_TINY), RL_SMALL + [
         f"--config.model.init_workdir={sft_workdir}", "--config.steps=2", "--config.rl.log_rollouts_every=1",
         "--config.rl.log_rollouts=4", "--config.rl.samples_per_prompt=4"])
@@ -207,7 +235,8 @@ def test_logged_rewards_belong_to_their_texts(sft_workdir, tmp_path, monkeypatch
     records = _lines(workdir, "rollouts.jsonl")
     assert [r["step"] for r in records] == [1] * 4 + [2] * 4
     assert [r["index"] for r in records[:4]] == [0, 2, 5, 7]  # linspace(0, 7, 4) of 2 prompts x 4 samples
+    task = setup.training_task(config)
+    train_rows = setup.rl_problems(config, task)
     for r in records:
-        assert r["reward"] == len(r.get("answer_text", r["completion"])) % 2
-    assert len({r["reward"] for r in records}) == 2  # both parities occur: the check can fail
+        assert r["kind"] == "standard" and r["reward"] == float(_grade(task, train_rows, r)["reward"])
     assert not any(k.startswith("eval/") for m in _lines(workdir, "metrics.jsonl") for k in m)  # eval_every=0
