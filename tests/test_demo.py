@@ -3,6 +3,7 @@ on the resulting workdir (nbclient); plus the synthetic task's properties the de
 
 import json
 import os
+import re
 
 import ml_collections
 import pytest
@@ -75,17 +76,116 @@ def test_rerun_resumes_instead_of_starting_over(demo_workdir):
     assert open(os.path.join(workdir, "eval", "sft", "results.jsonl")).read() == results
 
 
-@pytest.mark.slow
-def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
+def _run_notebook(monkeypatch, *workdirs):
+    """Execute notebooks/analyze_runs.ipynb on `workdirs`; (notebook, printed text, PNG count)."""
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("PRD_DEMO_WORKDIR", demo_workdir[0])
-    nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_checkpoint.ipynb"), as_version=4)
+    monkeypatch.setenv("PRD_WORKDIRS", os.pathsep.join(workdirs))
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", "analyze_runs.ipynb"), as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "=== workspace (top-2 drafts)" in printed and "B_seq" in printed
-    assert "rl_pdr" in printed and "restored sft step 4" in printed
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    return nb, printed, sum("image/png" in o.get("data", {}) for o in outputs)
+
+
+def _accuracy_rows(printed: str, runs) -> dict:
+    """{(run, operator): (problems, k, mean@k, low, high, pass@k, B_seq, B_total)} of the notebook's table."""
+    table = {}
+    for line in printed.splitlines():
+        parts = line.split()
+        if len(parts) == 10 and parts[0] in runs:
+            table[parts[0], parts[1]] = tuple(float(x) for x in parts[2:])
+    return table
+
+
+def _check_accuracy(printed: str, workdirs: dict) -> None:
+    """The notebook's accuracy table equals `evaluate.summarize` of each run's results.jsonl, and
+    its mean@k interval is mean +- 1.96 sd / sqrt(n) of the per-problem means, clipped to [0, 1]."""
+    import numpy as np
+
+    from prd_jax.evaluate import summarize
+
+    table = _accuracy_rows(printed, workdirs)
+    expected = {}
+    for run, path in workdirs.items():
+        rows = [json.loads(line) for line in open(os.path.join(path, "results.jsonl"))]
+        for t in summarize(rows):
+            per_problem = {}
+            for r in rows:
+                if r["operator"] == t["operator"]:
+                    per_problem.setdefault(r["problem_id"], []).append(r["correct"])
+            means = np.array([np.mean(v) for v in per_problem.values()])
+            half = 1.96 * means.std(ddof=1) / np.sqrt(len(means))
+            expected[run, t["operator"]] = (t, max(0.0, means.mean() - half), min(1.0, means.mean() + half))
+    assert set(table) == set(expected) and expected
+    for key, (t, low, high) in expected.items():
+        n, k, mean, lo, hi, passed, b_seq, b_total = table[key]
+        assert (n, k) == (t["problems"], t["k"]), key
+        for got, want in ((mean, t["mean_at_k"]), (lo, low), (hi, high), (passed, t["pass_at_k"]),
+                          (b_seq, t["b_seq"]), (b_total, t["b_total"])):
+            assert abs(got - want) <= 1e-3, (key, got, want)
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
+    workdir = demo_workdir[0]
+    nb, printed, images = _run_notebook(monkeypatch, workdir)
+    runs = {f"eval/{n}": os.path.join(workdir, "eval", n) for n in CHECKPOINTS}
+    assert images == 3  # accuracy against B_seq / B_total, training curves, one problem's calls
+    _check_accuracy(printed, runs)
+    for line in printed.splitlines():  # summary.md's rounding of the same numbers
+        parts = line.split()
+        if len(parts) == 10 and parts[0] in runs:
+            md = open(os.path.join(runs[parts[0]], "summary.md")).read()
+            assert f"| {parts[1]} | {int(float(parts[2]))} | {int(float(parts[3]))} | {float(parts[4]):.3f} |" in md
+    steps = json.load(open(os.path.join(workdir, "results.json")))["steps"]
+    for name, step in steps.items():  # the training summary's last step per run
+        assert re.search(rf"^{name} +{step} ", printed, re.M), printed
+    # the call tree of the first problem of the first eval run, per operator, from results.jsonl
+    first = sorted(runs)[0]
+    rows = [json.loads(line) for line in open(os.path.join(runs[first], "results.jsonl"))]
+    pid = rows[0]["problem_id"]
+    assert f"run {first}, problem {pid}" in printed
+    for r in rows:
+        if r["problem_id"] == pid and r["sample"] == 0:
+            names = [c["name"] for c in r["calls"]]
+            tree = [f"{n} x{names.count(n)}" for n in dict.fromkeys(names)]
+            block = printed.split(r["operator"] + "\n", 1)[1].split("\n\n", 1)[0]
+            assert f"B_seq={r['b_seq']}  B_total={r['b_total']}" in block
+            assert [line.split("  ")[1].split(" ", 1)[1] for line in block.splitlines()[1:]] == tree, block
+    assert re.search(r"^checkpoint rl_baseline step 1 \(llama, CharVocab, [\d,]+ params\)$", printed, re.M)
+    assert "greedy answer: " in printed and "graded by preimage -> {'answer'" in printed
+    assert workdir not in json.dumps(nb)  # names relative to the folder given
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_a_small_eval_workdir(demo_workdir, tmp_path, monkeypatch):
+    """A `prd-jax eval` of the demo's SFT checkpoint (config.checkpoint), and a copy of it with
+    every other row marked correct (so the accuracies and intervals are not all zero): the
+    notebook's table equals `summarize`, and the greedy answer comes from the checkpoint the
+    eval config names."""
+    from prd_jax.evaluate import evaluate
+
+    config = ml_collections.ConfigDict(dict(
+        task="preimage", model="tiny", checkpoint=os.path.join(demo_workdir[0], "sft"), seed=0, k_samples=2,
+        batch_size=3, num_problems=3, sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=96,
+        operators=[dict(type="long_cot", max_new_tokens=8), dict(type="pdr", schedule=[2, 1], k=1, max_new_tokens=8)]))
+    small = str(tmp_path / "small" / "ev")
+    evaluate(config, small, progress=False)
+    flipped = tmp_path / "flipped" / "ev"
+    flipped.mkdir(parents=True)
+    lines = open(os.path.join(small, "results.jsonl")).read().splitlines()
+    with open(flipped / "results.jsonl", "w") as f:
+        for i, line in enumerate(lines):
+            f.write(json.dumps(dict(json.loads(line), correct=i % 3 == 0)) + "\n")
+    nb, printed, images = _run_notebook(monkeypatch, str(tmp_path / "small"), str(tmp_path / "flipped"))
+    runs = {"small/ev": small, "flipped/ev": str(flipped)}  # several folders: names start with each folder's
+    _check_accuracy(printed, runs)
+    assert 0 < _accuracy_rows(printed, runs)["flipped/ev", "long_cot(budget=8)"][2] < 1
+    assert images == 2 and "no training workdir" in printed  # accuracy and calls; no training curves
+    assert re.search(r"^checkpoint small/ev step 4 \(llama, CharVocab, [\d,]+ params\)$", printed, re.M), printed
+    assert str(tmp_path) not in json.dumps(nb)
 
 
 def test_demo_config_is_complete():
