@@ -227,8 +227,8 @@ def test_frozen_base_candidates_come_from_the_initial_params(spread_reward):
             calls.append((p, np.asarray(comp_tok), np.asarray(comp_len)))
             return verifier(p, key, problem_ids, comp_tok, comp_len, correct, vrng)
 
-    def record_standard(p, key, chosen):
-        out = standard(p, key, chosen)
+    def record_standard(p, key, chosen, samples=None):
+        out = standard(p, key, chosen, samples)
         rollouts.append((p, key, chosen, out[2]))
         return out
 
@@ -265,7 +265,8 @@ def test_policy_mode_quotes_the_step_rollouts(spread_reward):
     verifier, standard = stage.verifier, stage._standard
     stage.verifier = lambda p, key, ids, tok, lens, correct, vrng: (calls.append(np.asarray(tok)),
                                                                     verifier(p, key, ids, tok, lens, correct, vrng))[1]
-    stage._standard = lambda p, key, chosen: (lambda out: (rollouts.append(out[2]), out)[1])(standard(p, key, chosen))
+    stage._standard = lambda p, key, chosen, samples=None: (lambda out: (rollouts.append(out[2]), out)[1])(
+        standard(p, key, chosen, samples))
     _, metrics = stage.next_batch(RolloutState(params, rng), 0)
     assert len(rollouts) == 1  # no extra rollout
     np.testing.assert_array_equal(calls[0], rollouts[0][0])
