@@ -41,3 +41,25 @@ def spread_rewards(texts, keys) -> list:
     """Grades with spread for a random tiny model (never right): reward = parity of the text's
     length, so groups have strict pairs and nonzero advantages."""
     return [{"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts]
+
+
+def tiny_eval(operators: list) -> tuple:
+    """(config, model, rows) of a cheap eval: a random tiny model (CharVocab) on two synthetic
+    problems, k = 2, with `operators` (for `prd_jax.evaluate.evaluate(config, w, model=, rows=)`)."""
+    import types
+
+    import jax
+    import ml_collections
+
+    from prd_jax.data import synthetic
+    from prd_jax.model.config import NAMED_CONFIGS
+    from prd_jax.model.decoder import init_params
+
+    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=512)
+    model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)),
+                                  tokenizer=synthetic.CharVocab(), mesh=None)
+    config = ml_collections.ConfigDict(dict(
+        task="gsm8k", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
+        sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
+        operators=operators))
+    return config, model, synthetic.generate(2, 0, 1)

@@ -14,6 +14,7 @@ import uuid
 import ml_collections
 import pytest
 
+import fakes
 from prd_jax import fileio
 
 
@@ -74,22 +75,7 @@ def test_trainer_files_and_continual_check(root):
 @pytest.fixture(scope="module")
 def tiny_eval():
     """(config, model, rows) of a cheap eval: a random tiny model on two synthetic problems."""
-    import types
-
-    import jax
-
-    from prd_jax.data import synthetic
-    from prd_jax.model.config import NAMED_CONFIGS
-    from prd_jax.model.decoder import init_params
-
-    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=512)
-    model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)),
-                                  tokenizer=synthetic.CharVocab(), mesh=None)
-    config = ml_collections.ConfigDict(dict(
-        task="gsm8k", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
-        sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
-        operators=[dict(type="long_cot", max_new_tokens=4)]))
-    return config, model, synthetic.generate(2, 0, 1)
+    return fakes.tiny_eval([dict(type="long_cot", max_new_tokens=4)])
 
 
 @pytest.mark.slow

@@ -7,12 +7,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import types
 
 import ml_collections
 import numpy as np
 import pytest
 
+import fakes
 from prd_jax import tracking
 from prd_jax.config_io import apply_overrides, load_config
 
@@ -112,21 +112,8 @@ def read_events(workdir: str) -> dict:
 @pytest.fixture(scope="module")
 def tiny_eval():
     """A random tiny model on two synthetic problems (CharVocab): an eval in seconds."""
-    import jax
-
-    from prd_jax.data import synthetic
-    from prd_jax.model.config import NAMED_CONFIGS
-    from prd_jax.model.decoder import init_params
-
-    cfg = NAMED_CONFIGS["tiny"].replace(vocab_size=128, max_position=512)
-    model = types.SimpleNamespace(cfg=cfg, params=init_params(cfg, jax.random.key(0)),
-                                  tokenizer=synthetic.CharVocab(), mesh=None)
-    config = ml_collections.ConfigDict(dict(
-        task="gsm8k", model="tiny", seed=0, k_samples=2, batch_size=2, num_problems=2,
-        sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
-        operators=[dict(type="long_cot", max_new_tokens=4), dict(type="sr", rounds=1, max_new_tokens=4,
-                                                                 candidate_max_tokens=4, truncation_head=2)]))
-    return config, model, synthetic.generate(2, 0, 1)
+    return fakes.tiny_eval([dict(type="long_cot", max_new_tokens=4),
+                            dict(type="sr", rounds=1, max_new_tokens=4, candidate_max_tokens=4, truncation_head=2)])
 
 
 def _summary_md_means(workdir: str) -> dict:
