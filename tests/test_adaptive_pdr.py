@@ -165,7 +165,8 @@ LO, EXTRA = 2, 3  # fan-out 2..5
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 1), st.booleans()), min_size=9, max_size=9), st.integers(0, 50))
+@given(st.lists(st.tuples(st.floats(0, 1, width=32, allow_subnormal=False), st.booleans()), min_size=9, max_size=9),
+       st.integers(0, 50))  # no subnormals: XLA:CPU flushes them to 0 when it sorts (shares are k/n)
 def test_allocate_stays_within_calls_left_and_fanout_bounds(rows, left):
     u = jnp.asarray([r[0] for r in rows], jnp.float32)
     live = np.asarray([r[1] for r in rows])
