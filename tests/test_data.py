@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -203,6 +205,35 @@ def test_tfds_prepare_is_idempotent(tfds_builders, tfds_root, built, tmp_path):
     again = tfds_builders.build(_builder_cls(tfds_builders, "aime2024"), data_dir=str(tmp_path), tfds_dir=tfds_root)
     assert int(again["test"].cardinality()) == 30
     assert {p.name: p.stat().st_mtime_ns for p in data_path.iterdir()} == before
+
+
+def test_tfds_prepare_waits_for_a_concurrent_writer(tfds_builders, tmp_path):
+    """Two processes preparing one dataset in a fresh TFDS dir (pytest workers, pod hosts): the
+    second waits on the first one's lock and reuses its copy instead of failing the rename (the
+    CI failure of a clean clone: FileExistsError from two workers at collection)."""
+    root = str(tmp_path / "tfds")
+    code = textwrap.dedent(f"""
+        import sys
+        from prd_jax.data import tfds_builders
+        from prd_jax.tasks import get_task
+        s = get_task("aime2024").source
+        cls = tfds_builders.builder_class("prd_aime2024", dict(s.splits), s.fields, s.id_key, s.derived)
+        print("ready", flush=True)
+        b = tfds_builders.prepare(cls, tfds_dir={root!r})
+        print(b.info.splits["test"].num_examples, flush=True)
+    """)
+    cls = _builder_cls(tfds_builders, "aime2024")
+    builder = tfds_builders.get_builder(cls, root)
+    with tfds_builders._preparing(builder):
+        other = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        assert other.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        assert other.poll() is None  # blocked on the lock, not preparing beside us
+        builder.download_and_prepare(download_config=tfds_builders.download_config())
+        mtimes = {p.name: p.stat().st_mtime_ns for p in Path(builder.data_dir).iterdir()}
+    out, _ = other.communicate(timeout=300)
+    assert other.returncode == 0 and out.strip() == "30"
+    assert {p.name: p.stat().st_mtime_ns for p in Path(builder.data_dir).iterdir()} == mtimes  # reused
 
 
 def test_tfds_missing_manual_file(tfds_builders, tmp_path):

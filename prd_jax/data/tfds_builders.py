@@ -24,6 +24,8 @@ Examples keep the file order (`disable_shuffling`). Their text features are the 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -160,6 +162,28 @@ def download_config(data_dir: Optional[str] = None, force: bool = False
     )
 
 
+@contextlib.contextmanager
+def _preparing(builder):
+    """Hold an exclusive lock on a local TFDS dir while `builder` is prepared there.
+
+    Several processes (pytest workers, the hosts of one pod sharing a disk, two evals) may
+    prepare the same dataset at once; TFDS writes to a private `incomplete.*` dir and renames it,
+    so the second rename fails. The lock makes the later process wait and then reuse the first
+    one's copy. Remote dirs (`gs://`) cannot be locked; `prepare` reuses a copy that appears.
+    """
+    root = os.fspath(builder.data_dir_root)
+    if "://" in root:
+        yield
+        return
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f".{builder.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def prepare(builder, data_dir: Optional[str] = None, tfds_dir: Optional[str] = None,
             force: bool = False) -> JsonlBuilder:
     """Prepare `builder` (a builder class or instance) if needed and return the builder instance.
@@ -170,7 +194,14 @@ def prepare(builder, data_dir: Optional[str] = None, tfds_dir: Optional[str] = N
     if isinstance(builder, type):
         builder = get_builder(builder, tfds_dir)
     if force or not builder.is_prepared():
-        builder.download_and_prepare(download_config=download_config(data_dir, force))
+        with _preparing(builder):
+            if force or not builder.is_prepared():  # another process may have prepared it meanwhile
+                try:
+                    builder.download_and_prepare(download_config=download_config(data_dir, force))
+                except FileExistsError:
+                    # A writer without our lock (another host on a shared `gs://` dir) finished first.
+                    if not builder.is_prepared():
+                        raise
     if not builder.info.splits:
         # This instance was created before another one prepared the data: reload its info.
         builder.info.read_from_directory(builder.data_dir)
