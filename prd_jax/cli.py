@@ -260,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="> 0: before /health is ready, compile every program that requests of up to this many "
                          "new tokens on prompts within the buckets meet (at temperature / top-p / top-k off)")
     sv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    sv.add_argument("--mesh", default=None, help="serve on several devices, e.g. data=2,tensor=4 (-1 fills)")
+    sv.add_argument("--api-key", default=None, help="requests to /v1/ must send 'Authorization: Bearer KEY'")
+    sv.add_argument("--api-key-env", default=None, help="the environment variable holding the API key")
+    sv.add_argument("--max-queued-requests", type=int, default=None,
+                    help="most requests waiting for a decode slot; past it: 429 with Retry-After (default: no bound)")
+    sv.add_argument("--drain-timeout", type=float, default=60.0,
+                    help="on SIGTERM: seconds in-flight requests get to finish (new ones get 503)")
     ex = add("export", help="write a Hugging Face directory (safetensors, config, tokenizer, generation_config)")
     ex.add_argument("--out", required=True, help="output directory")
     ex.add_argument("--workdir", default=None, help="a training workdir (default: its newest readable step)")

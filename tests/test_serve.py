@@ -45,7 +45,7 @@ def test_models_health_and_bad_requests_name_the_field(server):
              ({"model": NAME, "prompt": "hi", "temperature": 3}, 400, "temperature"),
              ({"model": NAME, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
              ({"model": NAME, "prompt": [1, 2, 10 ** 9]}, 400, "prompt"),
-             ({"model": NAME, "prompt": "hi", "stream": True}, 400, "stream"),
+             ({"model": NAME, "prompt": "hi", "presence_penalty": 1}, 400, "presence_penalty"),
              ({"model": NAME, "prompt": "hi", "max_tokens": 9000}, 400, "max_tokens")]
     for body, status, field in cases:
         r = httpx.post(server + "/v1/completions", json=body, timeout=60)

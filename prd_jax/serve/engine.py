@@ -28,13 +28,13 @@ import functools
 import logging
 import queue
 import threading
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prd_jax.model.decoder import decode_weights, ring_windows
+from prd_jax.model.decode import decode_weights, ring_windows
 from prd_jax.sampling import bucket, length_bucket
 from prd_jax.serve import slots as S
 
@@ -44,7 +44,15 @@ MIN_WIDTH = 64  # the smallest cache width of the pool
 
 @dataclasses.dataclass
 class Row:
-    """One prompt sample to decode; `top_logprobs` > 0 asks for the first token's alternatives."""
+    """One prompt sample to decode.
+
+    `top_logprobs` > 0: that many alternatives at every position. `stop_ids`: the ids that end
+    it (None: the tokenizer's). `min_tokens`: its stop ids are masked until it has that many
+    tokens. `stop_check(ids, fresh)`: after every chunk, with `fresh` the number of ids before
+    it; returns how many ids to keep when a stop string completed (the row then stops) or None.
+    `on_tokens(Update)`: called from the decode thread with each chunk's tokens. Rows of one
+    request share `request` (the queue counts requests). `cancelled` (set by `Engine.cancel`):
+    it leaves the pool at the next chunk boundary and its future is cancelled."""
 
     prompt: List[int]
     max_tokens: int
@@ -54,18 +62,40 @@ class Row:
     seed: int
     sample: int = 0
     top_logprobs: int = 0
+    stop_ids: Optional[Sequence[int]] = None
+    min_tokens: int = 0
+    stop_check: Optional[Callable[[List[int], int], Optional[int]]] = None
+    on_tokens: Optional[Callable[["Update"], None]] = None
+    request: object = None
+    cancelled: bool = False
     future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
 
 
 @dataclasses.dataclass
+class Update:
+    """A chunk's new tokens of one row: ids, logprobs, {id: logprob} alternatives per position
+    (empty dicts without `top_logprobs`), and the finish reason once it has finished."""
+
+    ids: List[int]
+    logprobs: List[float]
+    top: List[dict]
+    finish: Optional[str] = None
+
+
+@dataclasses.dataclass
 class Decoded:
-    """A row's result: generated ids (stop token included), their logprobs, whether a stop
-    id ended it, and {id: logprob} of the first position's top alternatives."""
+    """A row's result: generated ids (a stop id included; a stop string's tokens up to the one
+    completing it), their logprobs, whether a stop id or string ended it (else its
+    `max_tokens`), and {id: logprob} of the top alternatives at every position."""
 
     ids: List[int]
     logprobs: List[float]
     stopped: bool
-    top: dict
+    top: List[dict]
+
+    @property
+    def finish_reason(self) -> str:
+        return "stop" if self.stopped else "length"
 
 
 @dataclasses.dataclass
@@ -76,17 +106,18 @@ class _Live:
     base: int  # the cache slot of its first generated token (its prompt's length, or padded width)
     ids: list
     logprobs: list
-    top: dict
+    top: list
 
     @property
     def index(self) -> int:
         return self.base + len(self.ids)
 
+
 class Engine:
     """Owns the model, the slot pool and a decode thread; `submit` rows, await their futures."""
 
     def __init__(self, cfg, params, tokenizer, mesh=None, max_rows: int = 32, wait_s: float = 0.005,
-                 prompt_buckets=(), warmup_max_tokens: int = 0, decode_chunk: int = 8):
+                 prompt_buckets=(), warmup_max_tokens: int = 0, decode_chunk: int = 8, max_stop_ids: int = 16):
         buckets = tuple(int(b) for b in prompt_buckets)
         if max_rows < 1:
             raise ValueError(f"max_rows={max_rows}; must be >= 1 (the number of decode slots)")
@@ -106,9 +137,14 @@ class Engine:
         self.error: Optional[BaseException] = None
         self.calls = 0  # decode chunks run
         self.peak_rows = 0  # most rows live in one chunk
+        self.prefills = 0  # prompts prefilled (the rows of one prompt share one: `n` fans out)
+        self.stop_width = len(tokenizer.stop_ids) + max_stop_ids  # stop ids a row can hold
         self._programs: dict = {}
         self._live: List[Optional[_Live]] = [None] * max_rows
         self._queue: "queue.Queue[Optional[Row]]" = queue.Queue()
+        self._queued: dict = {}  # request -> its rows not yet taken from the queue
+        self._lock = threading.Lock()
+        self._last_prefill: tuple = ()  # (prompt, width, logits, caches) of the last prefill
         self._thread = threading.Thread(target=self._run, daemon=True, name="prd-jax-engine")
         self._thread.start()
 
@@ -120,10 +156,29 @@ class Engine:
     def num_compilations(self) -> int:
         return len(self._programs)
 
+    @property
+    def slots_in_use(self) -> int:
+        return sum(x is not None for x in self._live)
+
+    @property
+    def queued_requests(self) -> int:
+        """Requests with rows waiting for a slot."""
+        return len(self._queued)
+
     def submit(self, rows: List[Row]) -> List[concurrent.futures.Future]:
+        with self._lock:
+            for r in rows:
+                key = id(r) if r.request is None else r.request
+                self._queued[key] = self._queued.get(key, 0) + 1
         for r in rows:
             self._queue.put(r)
         return [r.future for r in rows]
+
+    @staticmethod
+    def cancel(rows: List[Row]) -> None:
+        """Mark `rows` cancelled: waiting ones never start, live ones leave at the next chunk."""
+        for r in rows:
+            r.cancelled = True
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -163,7 +218,8 @@ class Engine:
     # -- programs -----------------------------------------------------------------------
 
     def _abstract_pool(self, width: int):
-        return jax.eval_shape(lambda: S.empty_pool(self.cfg, self.max_rows, width, self.cfg.vocab_size))
+        return jax.eval_shape(lambda: S.empty_pool(self.cfg, self.max_rows, width, self.cfg.vocab_size,
+                                                   self.stop_width))
 
     def _program(self, key: tuple, build):
         if key not in self._programs:
@@ -188,7 +244,7 @@ class Engine:
             return S.insert(pool, slot, logits, caches, key, fields)
         one = jax.eval_shape(lambda p, n: S.prefill_row(cfg, self.params, p, n, prompt_width),
                              jax.ShapeDtypeStruct((1, prompt_width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
-        fields = {k: jax.ShapeDtypeStruct((), v.dtype) for k, v in self._abstract_pool(width).items()
+        fields = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in self._abstract_pool(width).items()
                   if k in S.ROW_FIELDS}
         return self._program(("insert", prompt_width, width), lambda: jax.jit(fn, donate_argnums=0).lower(
             self._abstract_pool(width), jax.ShapeDtypeStruct((), jnp.int32), one[0], one[1],
@@ -199,12 +255,16 @@ class Engine:
         return self._program(("resize", old, new), lambda: jax.jit(
             lambda pool: S.resize(cfg, pool, new)).lower(self._abstract_pool(old)).compile())
 
-    def _decode(self, width: int, filtered: bool):
-        cfg, stops, pad = self.cfg, tuple(self.tok.stop_ids), self.tok.pad_id
-        fn = functools.partial(S.decode_chunk, cfg, steps=self.steps, stop_ids=stops, pad_id=pad,
-                               filtered=filtered, mesh=self.mesh)
-        return self._program(("decode", width, filtered), lambda: jax.jit(fn, donate_argnums=1).lower(
+    def _decode(self, width: int, filtered: bool, top: bool = False):
+        fn = functools.partial(S.decode_chunk, self.cfg, steps=self.steps, pad_id=self.tok.pad_id,
+                               filtered=filtered, top=S.MAX_TOP if top else 0, mesh=self.mesh)
+        key = ("decode", width, filtered) + (("top",) if top else ())
+        return self._program(key, lambda: jax.jit(fn, donate_argnums=1).lower(
             self._weights, self._abstract_pool(width)).compile())
+
+    def _release(self):
+        spec = jax.ShapeDtypeStruct((self.max_rows,), bool)
+        return self._program(("release",), lambda: jax.jit(S.release).lower(spec, spec).compile())
 
     # -- the decode thread --------------------------------------------------------------
 
@@ -212,7 +272,8 @@ class Engine:
         try:  # the first programs (and the warm-up grid) compile before /health says ready
             self._weights = jax.jit(functools.partial(decode_weights, self.cfg, mesh=self.mesh))(self.params)
             self._width = MIN_WIDTH if self.context >= MIN_WIDTH else self.context
-            self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size))()
+            self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size,
+                                                      self.stop_width))()
             self._warm_up()
             self.ready.set()
         except BaseException as e:  # reported by /health
@@ -220,6 +281,7 @@ class Engine:
             log.exception("engine warm-up failed")
             return
         while True:
+            self._drop_cancelled()
             rows = self._take()
             if rows is None:
                 return
@@ -242,6 +304,7 @@ class Engine:
     def _warm_up(self) -> None:
         """The probe row (one token), then the grid of `warmup_shapes`."""
         self._serve_now(Row([self._filler], 1, 0.0, 1.0, 0, 0))
+        self._release()
         shapes = self.warmup_shapes()
         for width in shapes["caches"]:
             self._decode(width, False)
@@ -285,27 +348,56 @@ class Engine:
                 for r in rows:
                     r.future.cancel()
                 return None
+            with self._lock:
+                key = id(row) if row.request is None else row.request
+                self._queued[key] -= 1
+                if not self._queued[key]:
+                    del self._queued[key]
+            if row.cancelled:
+                row.future.cancel()
+                continue
             rows.append(row)
         return rows
 
+    def _drop_cancelled(self) -> None:
+        """Cancelled live rows leave the pool now; their slots take waiting rows before the next chunk."""
+        gone = [i for i, x in enumerate(self._live) if x is not None and x.row.cancelled]
+        if not gone:
+            return
+        mask = np.zeros((self.max_rows,), bool)
+        mask[gone] = True
+        self._pool = dict(self._pool, active=self._release()(self._pool["active"], mask))
+        for i in gone:
+            self._live[i].row.future.cancel()
+            self._live[i] = None
+
     def _admit(self, row: Row) -> None:
-        """Prefill `row` into a free slot (growing the pool's cache width if it needs more)."""
+        """Prefill `row` into a free slot (growing the pool's cache width if it needs more); rows
+        of the prompt just prefilled (a request's `n` samples) reuse its prefill."""
         slot = self._live.index(None)
         n = len(row.prompt)
         if n < 1 or n + row.max_tokens > self.context:
             raise ValueError(f"prompt of {n} tokens + max_tokens={row.max_tokens} exceeds the context {self.context}")
+        stops = list(self.tok.stop_ids if row.stop_ids is None else row.stop_ids)
+        if len(stops) > self.stop_width:
+            raise ValueError(f"{len(stops)} stop ids; this engine holds at most {self.stop_width} per row")
         width = self.prompt_width(n, row.max_tokens)
-        tokens = np.full((1, width), self.tok.pad_id, np.int32)
-        tokens[0, width - n:] = row.prompt
-        logits, caches = self._prefill(width)(self.params, jnp.asarray(tokens), jnp.asarray([n], np.int32))
+        if self._last_prefill[:2] != (row.prompt, width):
+            tokens = np.full((1, width), self.tok.pad_id, np.int32)
+            tokens[0, width - n:] = row.prompt
+            logits, caches = self._prefill(width)(self.params, jnp.asarray(tokens), jnp.asarray([n], np.int32))
+            self._last_prefill = (list(row.prompt), width, logits, caches)
+            self.prefills += 1
+        logits, caches = self._last_prefill[2:]
         base = self._base(n, width)
         self._fit(extra=base + min(self.steps, row.max_tokens))
         fields = dict(index=np.int32(base), start=np.int32(base - n), count=np.int32(0),
                       limit=np.int32(row.max_tokens), active=np.bool_(True), temperature=np.float32(row.temperature),
-                      top_p=np.float32(row.top_p), top_k=np.int32(row.top_k))
+                      top_p=np.float32(row.top_p), top_k=np.int32(row.top_k), min_tokens=np.int32(row.min_tokens),
+                      stops=np.asarray(stops + [-1] * (self.stop_width - len(stops)), np.int32))
         key = S.row_key(row.seed, row.sample)
         self._pool = self._insert(width, self._width)(self._pool, np.int32(slot), logits, caches, key, fields)
-        self._live[slot] = _Live(row, base, [], [], self._top(np.asarray(logits)[0], row.top_logprobs))
+        self._live[slot] = _Live(row, base, [], [], [])
 
     def _fit(self, extra: int = 0) -> None:
         """Resize the pool to the cache width the live rows (and `extra`) reach in the next chunk."""
@@ -320,25 +412,35 @@ class Engine:
         self._fit()
         live = [(i, x) for i, x in enumerate(self._live) if x is not None]
         filtered = any(x.row.temperature > 0 and (x.row.top_p < 1.0 or x.row.top_k > 0) for _, x in live)
-        self._pool, tokens, logprobs = self._decode(self._width, filtered)(self._weights, self._pool)
+        top = any(x.row.top_logprobs > 0 for _, x in live)
+        self._pool, tokens, logprobs, alts = self._decode(self._width, filtered, top)(self._weights, self._pool)
         self.calls += 1
         self.peak_rows = max(self.peak_rows, len(live))
-        tokens, logprobs, count, active = jax.device_get(
-            (tokens, logprobs, self._pool["count"], self._pool["active"]))
-        stops = set(self.tok.stop_ids)
+        tokens, logprobs, alts, count, active = jax.device_get(
+            (tokens, logprobs, alts, self._pool["count"], self._pool["active"]))
+        stopped = np.zeros((self.max_rows,), bool)
         for i, x in live:
-            n = int(count[i]) - len(x.ids)
+            fresh, n = len(x.ids), int(count[i]) - len(x.ids)
             x.ids += tokens[i, :n].tolist()
             x.logprobs += logprobs[i, :n].tolist()
-            if not active[i]:
+            k = x.row.top_logprobs
+            x.top += [dict(zip(alts[0][i, t, :k].tolist(), alts[1][i, t, :k].tolist())) for t in range(n)] if k else \
+                [{} for _ in range(n)]
+            keep = x.row.stop_check(x.ids, fresh) if x.row.stop_check is not None else None
+            if keep is not None:  # a stop string: the row ends here and its slot is freed
+                del x.ids[keep:], x.logprobs[keep:], x.top[keep:]
+                stopped[i], ended_by = active[i], "stop"
+            elif not active[i]:
+                ended_by = "stop" if x.ids and x.ids[-1] in self._row_stops(x.row) else "length"
+            else:
+                ended_by = None
+            if x.row.on_tokens is not None:
+                x.row.on_tokens(Update(x.ids[fresh:], x.logprobs[fresh:], x.top[fresh:], ended_by))
+            if ended_by is not None:
                 self._live[i] = None
-                x.row.future.set_result(Decoded(x.ids, x.logprobs, bool(x.ids) and x.ids[-1] in stops, x.top))
+                x.row.future.set_result(Decoded(x.ids, x.logprobs, ended_by == "stop", x.top))
+        if stopped.any():
+            self._pool = dict(self._pool, active=self._release()(self._pool["active"], stopped))
 
-    @staticmethod
-    def _top(logits: np.ndarray, k: int) -> dict:
-        """{id: logprob} of the `k` most likely first tokens (from the prefill's logits)."""
-        if k <= 0:
-            return {}
-        logp = logits - (np.log(np.sum(np.exp(logits - logits.max()))) + logits.max())
-        best = np.argsort(-logp, kind="stable")[:min(k, logp.shape[0])]
-        return {int(t): float(logp[t]) for t in best}
+    def _row_stops(self, row: Row) -> set:
+        return set(self.tok.stop_ids if row.stop_ids is None else row.stop_ids)

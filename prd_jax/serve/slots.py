@@ -6,7 +6,9 @@ The pool holds `S` slots. A slot is one row: its per-layer decode caches
 stands: `index` (the cache slot its next token is written to), `start` (its first valid cache
 slot: 0 once `shift_row` has moved its prompt of n tokens to slots 0 .. n-1; P-n when a
 prompt prefilled at width P keeps slots P-n .. P-1), `count` (tokens
-generated), `limit` (its `max_tokens`), `active`, and its own temperature / top-p / top-k.
+generated), `limit` (its `max_tokens`), `active`, its own temperature / top-p / top-k, its
+stop ids `stops` (padded with -1: the tokenizer's unless `ignore_eos`, plus `stop_token_ids`)
+and `min_tokens` (its stop ids are masked out of its logits until it has generated that many).
 
 - `decode_chunk` runs up to `steps` decode steps of all slots at once, every row writing at
   its own `index` (`decoder.decode_step_groups` with a per-row write slot). A row stops when it
@@ -32,7 +34,8 @@ from prd_jax.model.decoder import decode_cache, decode_step_groups, grow_decode_
 from prd_jax.sampling import _chosen_logprob, blocked_argmax, blocked_categorical, prefill
 
 Array = jax.Array
-ROW_FIELDS = ("index", "start", "count", "limit", "active", "temperature", "top_p", "top_k")
+ROW_FIELDS = ("index", "start", "count", "limit", "active", "temperature", "top_p", "top_k", "min_tokens", "stops")
+MAX_TOP = 20  # the most top alternatives a position reports (vLLM's default max_logprobs)
 
 
 def row_filters(scaled: Array, top_p: Array, top_k: Array) -> Array:
@@ -59,19 +62,35 @@ def choose_rows(logits: Array, keys: Array, temperature: Array, top_p: Array, to
     return jnp.where(temperature > 0, blocked_categorical(keys, scaled), blocked_argmax(logits))
 
 
-def decode_chunk(cfg: ModelConfig, weights, pool: dict, *, steps: int, stop_ids: tuple, pad_id: int,
-                 filtered: bool, mesh=None):
-    """Up to `steps` decode steps of every slot; returns the pool and the chunk's tokens and
-    logprobs `[S, steps]`: row s's new tokens are its first `count' - count` entries."""
+def suppress_stops(logits: Array, count: Array, min_tokens: Array, stops: Array) -> Array:
+    """`logits [S, V]` with each row's stop ids (`stops [S, K]`, -1 padded) at -inf while the
+    row has generated fewer than its `min_tokens` (vLLM's `min_tokens`)."""
+    early = (count < min_tokens)[:, None]
+    rows = jnp.arange(logits.shape[0])[:, None]
+    hit = jnp.zeros(logits.shape, jnp.int32).at[rows, jnp.maximum(stops, 0)].max(((stops >= 0) & early).astype(jnp.int32))
+    return jnp.where(hit > 0, -jnp.inf, logits)
+
+
+def top_alternatives(logits: Array, top: int) -> tuple:
+    """(ids, logprobs) `[S, top]` of each row's `top` most likely tokens (log-softmax of `logits`)."""
+    logprobs, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), top)
+    return ids.astype(jnp.int32), logprobs
+
+
+def decode_chunk(cfg: ModelConfig, weights, pool: dict, *, steps: int, pad_id: int,
+                 filtered: bool, top: int = 0, mesh=None):
+    """Up to `steps` decode steps of every slot; returns the pool, the chunk's tokens and
+    logprobs `[S, steps]` (row s's new tokens are its first `count' - count` entries) and, with
+    `top` > 0, every step's top alternatives (ids, logprobs) `[S, steps, top]`."""
     slots = pool["logits"].shape[0]
-    stops = jnp.asarray(stop_ids, jnp.int32)
 
     def cond(state):
-        t, _, _, p = state
+        t, _, _, _, p = state
         return (t < steps) & jnp.any(p["active"])
 
     def body(state):
-        t, tokens, logprobs, p = state
+        t, tokens, logprobs, alts, p = state
+        p = dict(p, logits=suppress_stops(p["logits"], p["count"], p["min_tokens"], p["stops"]))
         active = p["active"]
         keys = jax.vmap(jax.random.fold_in)(p["keys"], p["count"])
         tok = choose_rows(p["logits"], keys, p["temperature"], p["top_p"], p["top_k"], filtered)
@@ -79,16 +98,21 @@ def decode_chunk(cfg: ModelConfig, weights, pool: dict, *, steps: int, stop_ids:
         tok = jnp.where(active, tok, pad_id)
         tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, t, 1)
         logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, t, 1)
+        if top:
+            alts = jax.tree.map(lambda all_, one: jax.lax.dynamic_update_index_in_dim(all_, one, t, 1), alts,
+                                top_alternatives(p["logits"], top))
         count = p["count"] + active
-        done = jnp.isin(tok, stops) | (count >= p["limit"])
+        done = jnp.any(tok[:, None] == p["stops"], axis=-1) | (count >= p["limit"])
         logits, (caches,) = decode_step_groups(cfg, weights, tok, p["index"] - p["start"],
                                                ((p["caches"], p["start"], p["index"]),), mesh=mesh)
         p = dict(p, caches=caches, logits=logits, count=count, index=p["index"] + active, active=active & ~done)
-        return t + 1, tokens, logprobs, p
+        return t + 1, tokens, logprobs, alts, p
 
-    init = (jnp.int32(0), jnp.full((slots, steps), pad_id, jnp.int32), jnp.zeros((slots, steps), jnp.float32), pool)
-    _, tokens, logprobs, pool = jax.lax.while_loop(cond, body, init)
-    return pool, tokens, logprobs
+    alts = (jnp.zeros((slots, steps, top), jnp.int32), jnp.zeros((slots, steps, top), jnp.float32))
+    init = (jnp.int32(0), jnp.full((slots, steps), pad_id, jnp.int32), jnp.zeros((slots, steps), jnp.float32),
+            alts, pool)
+    _, tokens, logprobs, alts, pool = jax.lax.while_loop(cond, body, init)
+    return pool, tokens, logprobs, alts
 
 
 def row_key(seed: int, sample: int) -> Array:
@@ -120,7 +144,7 @@ def shift_row(caches: tuple, shift: Array, width: int) -> tuple:
 
 def insert(pool: dict, slot: Array, logits: Array, caches: tuple, key: Array, fields: dict) -> dict:
     """The pool with slot `slot` holding a prefilled row: its caches (`prefill_row` at the
-    pool's width), logits, key, and `fields` (`ROW_FIELDS` scalars)."""
+    pool's width), logits, key, and `fields` (`ROW_FIELDS`: scalars, `stops` a `[K]` vector)."""
     put = lambda whole, one: jax.lax.dynamic_update_index_in_dim(whole, one[0].astype(whole.dtype), slot, 0)  # noqa: E731
     out = dict(pool, logits=put(pool["logits"], logits), keys=pool["keys"].at[slot].set(key),
                caches=jax.tree.map(put, pool["caches"], caches))
@@ -139,11 +163,18 @@ def resize(cfg: ModelConfig, pool: dict, width: int) -> dict:
     return dict(pool, caches=cut)
 
 
-def empty_pool(cfg: ModelConfig, slots: int, width: int, vocab: int) -> dict:
-    """A pool of `slots` free slots with caches of `width` slots."""
+def release(active: Array, cancel: Array) -> Array:
+    """`active` with the rows `cancel` marks stopped (cancelled rows leave at the chunk's end)."""
+    return active & ~cancel
+
+
+def empty_pool(cfg: ModelConfig, slots: int, width: int, vocab: int, stop_width: int = 1) -> dict:
+    """A pool of `slots` free slots with caches of `width` slots and room for `stop_width` stop
+    ids per row."""
     caches = decode_cache(init_cache(cfg, slots, 1), slots=width, windows=ring_windows(cfg))
     zeros = lambda dtype: jnp.zeros((slots,), dtype)  # noqa: E731
     return dict(caches=caches, logits=jnp.zeros((slots, vocab), jnp.float32),
                 keys=jax.random.split(jax.random.key(0), slots), index=zeros(jnp.int32), start=zeros(jnp.int32),
                 count=zeros(jnp.int32), limit=jnp.ones((slots,), jnp.int32), active=zeros(bool),
-                temperature=zeros(jnp.float32), top_p=jnp.ones((slots,), jnp.float32), top_k=zeros(jnp.int32))
+                temperature=zeros(jnp.float32), top_p=jnp.ones((slots,), jnp.float32), top_k=zeros(jnp.int32),
+                min_tokens=zeros(jnp.int32), stops=jnp.full((slots, stop_width), -1, jnp.int32))
