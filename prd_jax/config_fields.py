@@ -1,5 +1,5 @@
 """Which fields each kind of config declares: eval (`EvalConfig`, `sampling.*`, `backend.*`)
-and train (`config_schema.TRAIN_TABLE`, `model.overrides.*`, `optim.*`, and for RL `rl.*`,
+and train (`train.config.TrainConfig`, `model.overrides.*`, `optim.*`, and for RL `rl.*`,
 `rl.operator.*` and `sampling.*`), each derived from its dataclass (`config_schema`'s module
 docstring has the whole list). The demo declares its own (`demo.declared_fields`).
 
@@ -15,13 +15,13 @@ from typing import Callable, Optional
 import ml_collections
 
 from prd_jax.backends.config import BackendConfig
-from prd_jax.config_schema import KINDS, REQUIRED, Field, dataclass_fields, kind_of, train_fields, value_at
+from prd_jax.config_schema import KINDS, REQUIRED, Field, dataclass_fields, kind_of, value_at
 from prd_jax.eval_config import EvalConfig
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.operators.registry import get_operator
 from prd_jax.sampling import CONFIG_KEYS, Sampling
-from prd_jax.train.optim import OptimConfig
-from prd_jax.train.rl import RLConfig
+from prd_jax.train.config import TrainConfig
+from prd_jax.train.rl_config import RLConfig
 
 
 def _sampling_fields() -> dict:
@@ -34,11 +34,13 @@ def _eval_fields(config) -> dict:
 
 
 def _train_fields(config) -> dict:
-    out = dict(train_fields())
+    """`TrainConfig`'s fields (`optim.*` and `wandb.*` recursed), `model.overrides.*` from
+    `ModelConfig`; RL adds `rl.*`, `sampling.*` and the RL operator's `rl.operator.*`."""
+    out = dataclass_fields(TrainConfig, "", skip=("rl",))
+    del out["model.overrides"]
     named = NAMED_CONFIGS.get(value_at(config, "model.name"))
     out.update(dataclass_fields(ModelConfig, "model.overrides.", defaults=None if named is None else {
         f.name: getattr(named, f.name) for f in dataclasses.fields(ModelConfig)}))
-    out.update(dataclass_fields(OptimConfig, "optim."))
     if value_at(config, "stage") == "rl":
         out.update(dataclass_fields(RLConfig, "rl.", skip=("sampling",)))
         out.update(_sampling_fields())

@@ -1,17 +1,14 @@
 """What a config may hold: field types, defaults and conversions (the bottom layer).
 
-This module declares `Field`, `TRAIN_TABLE` (the fields of a train config that no dataclass
-holds: top-level loop settings, `model.*`, `data.*`, and the SFT trace knobs of
-`data.synthetic.sft_traces` and `data.preimage.TRACE_DEFAULTS`), `default(path)` (which the
-training code reads those fields through, so `--print-config` shows the defaults a run uses),
-`dataclass_fields` (a dataclass as fields), `convert` (the text of `--config.x=v` as a declared
-type) and `MOVED` (keys that moved, with the message naming the new place).
+This module declares `Field`, `dataclass_fields` (a dataclass as fields, with each field's
+one-line description), `convert` (the text of `--config.x=v` as a declared type) and `MOVED`
+(keys that moved, with the message naming the new place).
 
 The layers above, each imported at module level, with no cycle:
 - `config_fields.declared`: every field of an eval config (`EvalConfig`, `sampling.*` from
-  `Sampling`, `backend.*` from `BackendConfig`) or a train config (`TRAIN_TABLE`,
-  `model.overrides.*` from `ModelConfig` with the named model's values as defaults, `optim.*`
-  from `OptimConfig`; RL adds `rl.*` from `RLConfig`, `rl.operator.*` from the spec of the
+  `Sampling`, `backend.*` from `BackendConfig`) or a train config (`train.config.TrainConfig`:
+  the run and loop settings, `model.*`, `data.*`, `wandb.*`; `model.overrides.*` from
+  `ModelConfig` with the named model's values as defaults, `optim.*` from `OptimConfig`; RL adds `rl.*` from `RLConfig`, `rl.operator.*` from the spec of the
   operator `rl.operator.type` names, and `sampling.*`). The demo declares its own fields
   (`demo.declared_fields`: the file's, typed by value or by `demo.PRESETS`; `adaptive.*` by
   `AdaptivePDR`).
@@ -24,13 +21,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
-import inspect
 import typing
 from typing import Any, Optional
-
-from prd_jax.data import preimage, synthetic
-from prd_jax.tracking import WandbConfig
 
 KINDS = ("eval", "train", "demo")
 
@@ -45,39 +37,13 @@ REQUIRED = _Required()  # a field with no default: the config file must set it
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """A declared field: its type annotation, its default (or REQUIRED) and who declares it."""
+    """A declared field: its type annotation, its default (or REQUIRED), who declares it and
+    its one-line description (the dataclass field's `metadata["doc"]`, where it has one)."""
 
     type: Any
     default: Any = REQUIRED
     source: str = ""
-
-
-# Fields of a train config that no dataclass declares: the loop's settings (`trainer.fit`),
-# the model and tokenizer (`setup.build_model`) and the data (`setup`, `sft.SFTStage`).
-TRAIN_TABLE = {
-    "stage": Field(str), "seed": Field(int), "task": Field(str),
-    "task_split": Field(str, "train"),  # RL's split of the task (with data.mixture: data.split)
-    "tokenizer": Field(str), "mesh": Field(str, ""), "target": Field(str, ""), "continual": Field(bool, False),
-    "batch_size": Field(int), "grad_accum_steps": Field(int, 1), "steps": Field(int),
-    "checkpoint_every": Field(int), "keep_checkpoints": Field(int), "eval_every": Field(int, 0),
-    "max_nonfinite_steps": Field(int, 5),
-    "loggers": Field(tuple, ("tensorboard",)),  # prd_jax.tracking.LOGGERS; W&B's run: wandb.* (WandbConfig)
-    "model.name": Field(str), "model.path": Field(str, ""), "model.init": Field(str),
-    "model.init_workdir": Field(str, ""),
-    "data.difficulty": Field(Optional[tuple], None), "data.num_train": Field(int, 0), "data.num_eval": Field(int, 0),
-    "data.seq_len": Field(int), "data.mode": Field(str, "pack"), "data.path": Field(str, ""),
-    "data.validation_fraction": Field(float, 0.05), "data.mixture": Field(str, ""), "data.module": Field(str, ""),
-    "data.data_dir": Field(str, ""), "data.split": Field(str, "train"), "data.eval_split": Field(str, "validation"),
-}
-TRAIN_TABLE = {k: dataclasses.replace(v, source="config_schema.TRAIN_TABLE") for k, v in TRAIN_TABLE.items()}
-
-
-def default(dotted: str):
-    """The declared default of a train-config field (`train_fields`) the code reads raw."""
-    field = train_fields()[dotted]
-    if field.default is REQUIRED:
-        raise KeyError(f"config.{dotted} has no default")
-    return field.default
+    doc: str = ""
 
 
 def dataclass_fields(cls, prefix: str, keep=None, skip=(), defaults=None) -> dict:
@@ -102,21 +68,7 @@ def dataclass_fields(cls, prefix: str, keep=None, skip=(), defaults=None) -> dic
             out.update(dataclass_fields(tp, path + ".", defaults=None if value is REQUIRED else
                                         {g.name: getattr(value, g.name) for g in dataclasses.fields(tp)}))
         else:
-            out[path] = Field(tp, value, cls.__name__)
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def train_fields() -> dict:
-    """`TRAIN_TABLE`, `wandb.*` (`tracking.WandbConfig`) and the SFT trace knobs, each typed by its default."""
-    out = dict(TRAIN_TABLE)
-    out.update(dataclass_fields(WandbConfig, "wandb."))
-    hints = typing.get_type_hints(synthetic.sft_traces)
-    for name, p in inspect.signature(synthetic.sft_traces).parameters.items():
-        if p.kind is p.KEYWORD_ONLY:
-            out[f"data.{name}"] = Field(hints.get(name, type(p.default)), p.default, "data.synthetic.sft_traces")
-    for name, value in preimage.TRACE_DEFAULTS.items():  # None: the preimage family's default
-        out[f"data.{name}"] = Field(Optional[type(value)], None, "data.preimage.TRACE_DEFAULTS")
+            out[path] = Field(tp, value, cls.__name__, f.metadata.get("doc", ""))
     return out
 
 
@@ -233,14 +185,19 @@ _SAMPLING_MOVES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top
                    "compact_ratio": "compact_ratio", "prefill_groups": "prefill_groups",
                    "cache_window": "cache_window", "prompt_groups": "prompt_groups",
                    "decode_layers": "decode_layers"}
+# The problems' split and data dir of a training config are spelled as an eval config's
+# (`train.config.TrainConfig`, docs/training.md).
+_DATA_MOVES = {"task_split": "split", "data.split": "split", "data.data_dir": "data_dir"}
 MOVED = {**{old: f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()},
-         **{f"rl.{old}": f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()}}
+         **{f"rl.{old}": f"sampling.{new}" for old, new in _SAMPLING_MOVES.items()}, **_DATA_MOVES}
 
 
 def moved(dotted: str, new: str) -> str:
-    """The error text for a key that moved."""
-    return (f"config.{dotted} moved to config.{new} (one sampling config for eval and RL, "
-            f"prd_jax.sampling.Sampling): use --config.{new}=... or set c.{new} in the config file")
+    """The error text (one line) for a key that moved."""
+    why = ("one spelling for eval and training configs" if dotted in _DATA_MOVES
+           else "one sampling config for eval and RL, prd_jax.sampling.Sampling")
+    return (f"config.{dotted} moved to config.{new} ({why}): use --config.{new}=... or set c.{new} in the "
+            "config file")
 
 
 def check_moved(config, keys=None) -> None:

@@ -26,6 +26,7 @@ from prd_jax.evaluate import build_spec, evaluate, markdown_table, pareto_plot, 
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.operators.adaptive_pdr import AdaptivePDR
 from prd_jax.sampling import Sampling
+from prd_jax.train.config import TrainConfig
 from prd_jax.train.run import train
 from prd_jax.train.setup import synthetic_rows
 
@@ -148,9 +149,9 @@ def stage_configs(demo, workdir: str) -> dict:
 def training_texts(configs: dict) -> set:
     """Text of every problem a training stage saw (SFT train and held-out loss rows, RL prompts):
     the demo evaluates only on problems outside this set."""
-    draws = {(seed, n, tuple(config.data.difficulty), config.task): config.data
-             for config in configs.values()
-             for seed, n in ((config.seed, config.data.num_train), (config.seed + 10_000, config.data.get("num_eval", 0)))}
+    typed = [TrainConfig.from_config(config) for config in configs.values()]
+    draws = {(seed, n, tc.data.difficulty, tc.task): tc.data
+             for tc in typed for seed, n in ((tc.seed, tc.data.num_train), (tc.seed + 10_000, tc.data.num_eval))}
     return {p["problem"] for (seed, n, _, family), data in draws.items() for p in synthetic_rows(data, seed, n, family)}
 
 
@@ -207,8 +208,8 @@ def eval_config(demo, templates: str = "compact"):
 
 
 def _model(workdir: str, config, tokenizer):
-    overrides = config.model.overrides.to_dict()
-    cfg = NAMED_CONFIGS[config.model.name].replace(**overrides)
+    model = TrainConfig.from_config(config).model
+    cfg = NAMED_CONFIGS[model.name].replace(**model.overrides)
     step, params = latest_params(workdir)
     return types.SimpleNamespace(cfg=cfg, params=jax.device_put(params), tokenizer=tokenizer, mesh=None), step
 

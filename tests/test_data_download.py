@@ -236,7 +236,7 @@ def test_train_setup_on_missing_data_stops_before_params_load(tmp_path, monkeypa
     config = load_config(str(REPO_ROOT / "configs" / "rl" / "tiny.py"))
     config.task = "gsm8k"
     config.model.init = "pretrained"
-    config.data.data_dir = str(tmp_path / "empty")
+    config.data_dir = str(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match=r"task 'gsm8k' split 'train'.*run `prd-jax data get gsm8k`"):
         setup.build_model(config, None)
 

@@ -18,7 +18,7 @@ from prd_jax import cli, config_check, config_schema
 from prd_jax.config_check import load, validate
 from prd_jax.config_fields import declared, resolved as resolved_config
 from prd_jax.config_io import apply_overrides, load_config
-from prd_jax.config_schema import REQUIRED, default, leaves
+from prd_jax.config_schema import REQUIRED, leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RL_TINY = os.path.join(ROOT, "configs", "rl", "tiny.py")
@@ -66,16 +66,16 @@ def test_rl_fields_the_file_does_not_list_reach_rlconfig():
         apply_overrides(load_config(RL_TINY), ["--config.rl.cispo_lower_clip=0.1"])
 
 
-def test_task_split_reaches_the_rl_problems():
+def test_split_reaches_the_rl_problems():
     from prd_jax.train.setup import rl_problems
 
     config = load_config(RL_TINY)
-    assert "task_split" not in config
+    del config["split"]  # the declared default
     task = RecordingTask()
     rl_problems(config, task)
-    apply_overrides(config, ["--config.task_split=test"])
+    apply_overrides(config, ["--config.split=test"])
     rl_problems(config, task)
-    assert task.asked == [default("task_split"), "test"] == ["train", "test"]
+    assert task.asked == ["train", "test"]
 
 
 def test_sft_eval_split_reaches_the_held_out_read():
@@ -152,7 +152,7 @@ def test_eval_fields_reach_evalconfig():
 @pytest.mark.parametrize("spec,override,nearest", [
     (RL_TINY, "--config.rl.minibatchs=2", "config.rl.minibatches"),
     (RL_TINY, "--config.model.router_aux_loss_coef=0.01", "config.model.overrides.router_aux_loss_coef"),
-    (RL_TINY, "--config.task_splt=test", "config.task_split"),
+    (RL_TINY, "--config.splt=test", "config.split"),
     (SFT_TINY, "--config.data.eval_splt=test", "config.data.eval_split"),
     (GSM8K, "--config.sampling.max_rowz=3", "config.sampling.max_rows"),
     (GSM8K, "--config.num_problem=3", "config.num_problems"),
@@ -259,23 +259,23 @@ def test_every_field_a_config_file_sets_is_declared():
     assert checked >= 40 and not undeclared, undeclared
 
 
-def test_raw_reads_use_the_declared_defaults():
+def test_typed_config_holds_the_declared_defaults():
     from prd_jax.data.synthetic import sft_traces
-    from prd_jax.train.setup import _trace_settings
+    from prd_jax.train.config import TrainConfig
 
-    data = load_config(SFT_TINY).data
-    for key in ("pdr_fraction", "sr_fraction", "judge_fraction", "pdr_k"):
-        del data[key]
-    settings = _trace_settings(data, "modchain")
+    config = load_config(SFT_TINY)
+    for key in ("pdr_fraction", "sr_fraction", "judge_fraction", "pdr_k", "mode"):
+        del config.data[key]
+    del config["grad_accum_steps"], config["max_nonfinite_steps"]
+    tc = TrainConfig.from_config(config)
+    settings = tc.data.trace_settings("modchain")
     import inspect
     signature = inspect.signature(sft_traces).parameters
     assert settings == {k: signature[k].default for k in ("pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction")}
-    assert (default("grad_accum_steps"), default("max_nonfinite_steps"), default("data.mode")) == (1, 5, "pack")
-    with pytest.raises(KeyError, match="config.steps has no default"):
-        default("steps")
-
-
-# ----------------------------------------------------------------- the command line
+    assert (tc.grad_accum_steps, tc.max_nonfinite_steps, tc.data.mode) == (1, 5, "pack")
+    del config["steps"]
+    with pytest.raises(ValueError, match=r"missing \['config.steps'\] \(each is required\)"):
+        TrainConfig.from_config(config)
 
 
 def _main(argv, capsys):
@@ -298,7 +298,7 @@ def test_print_config_shows_defaults_and_loads_no_model(capsys, monkeypatch):
     assert code == 0, err
     resolved = json.loads(out)
     assert resolved["rl"]["minibatches"] == 2 and resolved["rl"]["updates_per_batch"] == 1
-    assert resolved["rl"]["cispo_lower_clip"] is False and resolved["task_split"] == "train"
+    assert resolved["rl"]["cispo_lower_clip"] is False and resolved["split"] == "train"
     assert resolved["optim"]["b1"] == 0.9 and resolved["model"]["overrides"]["router_aux_loss_coef"] == 0.0
     assert resolved["sampling"]["compact_ratio"] == 0.5 and resolved["rl"]["operator"] is None
     assert resolved["data"]["eval_split"] == "validation" and resolved["max_nonfinite_steps"] == 5

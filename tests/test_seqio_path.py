@@ -194,7 +194,7 @@ def test_rl_problems_through_seqio(builtin):
     config.seed = 3
     assert setup.rl_problems(config) == setup.synthetic_rows(config.data, 3, 50, "modchain")  # the task's draws
     config.task = "aime2025"
-    config.task_split = "test"
+    config.split = "test"
     config.data.num_train = 5
     assert setup.rl_problems(config) == [{k: r[k] for k in ("id", "problem", "answer")}
                                          for r in _jsonl("aime2025", 5)]
@@ -266,8 +266,8 @@ def test_user_task_errors_name_the_fields(tmp_path):
     with pytest.raises(ValueError, match="config.data.module='no_such_module_xyz': cannot import"):
         setup.sft_examples(config, VOCAB)
     config.data.module = ""
-    config.data.split = "dev"
-    with pytest.raises(ValueError, match=r"config.data.split='dev': seqio task 'user_bad_fields' has splits \['train'\]"):
+    config.split = "dev"
+    with pytest.raises(ValueError, match=r"config.split='dev': seqio task 'user_bad_fields' has splits \['train'\]"):
         setup.sft_examples(config, VOCAB)
 
 

@@ -129,7 +129,7 @@ def test_jsonl_task_runs_through_eval_and_rl(data_dir, tmp_path):
 
     # RL: the task's train split are the prompts, its grader the reward
     rl_config = apply_overrides(load_config(RL_TINY), [
-        "--config.task=tiny_arith", f"--config.data.data_dir={data_dir}", "--config.data.num_train=0",
+        "--config.task=tiny_arith", f"--config.data_dir={data_dir}", "--config.data.num_train=0",
         "--config.model.init=random", "--config.steps=1", "--config.rl.prompts_per_step=2",
         "--config.rl.samples_per_prompt=2", "--config.rl.max_new_tokens=8", "--config.model.overrides.num_layers=1",
         "--config.model.overrides.hidden=32", "--config.model.overrides.intermediate=64"])
@@ -149,7 +149,7 @@ def test_jsonl_task_runs_through_eval_and_rl(data_dir, tmp_path):
 
     # SFT: the task's train rows that carry a worked solution, prompted with its solve template
     sft_config = apply_overrides(load_config(SFT_TINY), [
-        "--config.task=tiny_arith", f"--config.data.data_dir={data_dir}", "--config.steps=2",
+        "--config.task=tiny_arith", f"--config.data_dir={data_dir}", "--config.steps=2",
         "--config.batch_size=4", "--config.eval_every=2", "--config.checkpoint_every=2",
         "--config.model.overrides.num_layers=1", "--config.model.overrides.hidden=32",
         "--config.model.overrides.intermediate=64"])

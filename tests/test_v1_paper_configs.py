@@ -164,14 +164,14 @@ def test_rl_configs_train_on_code_with_the_paper_numbers(pod):
         c = load_config(os.path.join(RL, f"{name}.py") + f":{pod}")
         rl = RLConfig.from_config(c)
         task = run_task(c, rl)
-        assert isinstance(task, ContestTask) and task.name == "codecontests" and c.task_split == "train"
+        assert isinstance(task, ContestTask) and task.name == "codecontests" and c.split == "train"
         assert (rl.templates, task.reward_mode) == ("code", "all_pass")
         assert (rl.advantage, rl.loss, rl.eps_low, rl.eps_high, rl.kl_coef) == ("dr_grpo", "ppo", 0.2, 0.28, 0.0)
         assert (rl.prompts_per_step, c.optim.learning_rate) == (64, 1e-6)
         if rl.verifier != "none":
             assert (rl.verifier_coef, rl.verifier_threshold) == (1.0, 0.2)  # lambda, threshold
         math_variant = load_config(os.path.join(RL, f"{name}.py") + f":{pod},math")
-        assert (math_variant.task, math_variant.task_split) == ("gsm8k", "train")
+        assert (math_variant.task, math_variant.split) == ("gsm8k", "train")
         assert RLConfig.from_config(math_variant).templates == "default"
 
 
@@ -194,10 +194,10 @@ def test_rl_reward_path_grades_codecontests_train_rows(cc_train_dir):
     """The PairRL config's task reads the train split and its reward runs the tests: all-pass
     gives 1 / 0; the fraction mode gives the share of the 4 cases passed."""
     c = apply_overrides(load_config(os.path.join(RL, "qwen3_4b_pairrl.py:8xh200")),
-                        [f"--config.data.data_dir={cc_train_dir}"])
+                        [f"--config.data_dir={cc_train_dir}"])
     rl = RLConfig.from_config(c)
     task = run_task(c, rl)
-    rows = task.problems(c.task_split, data_dir=c.data.data_dir)
+    rows = task.problems(c.split, data_dir=c.data_dir)
     assert [r["id"] for r in rows] == ["1_A. Sum"]
     key = task.gold_key(rows[0])
     right = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

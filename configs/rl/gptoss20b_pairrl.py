@@ -32,7 +32,7 @@ slices libtpu's compile of the train step needed more than 20 GB of host memory)
 Command to run (pretrained weights, MXFP4 experts dequantised on load; one 8xH200 node is the
 smallest host):
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/gptoss20b_pairrl.py:8xh200 /ckpt/pairrl_gptoss20b \\
-        --config.model.path=/data/gpt-oss-20b --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/gpt-oss-20b --config.data_dir=/data/prd_data
     TPU_NAME=prd-v5p64 ACCELERATOR_TYPE=v5p-64 ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/gptoss20b_pairrl.py:v5p-64 \\
         gs://BUCKET/pairrl_gptoss20b --config.model.path=/data/gpt-oss-20b
 Fit check first: `prd-jax compile --config configs/rl/gptoss20b_pairrl.py:v5p-64 --json`.

@@ -11,7 +11,7 @@ our choice. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the 
 operator RL (configs that roll out PDR) can share these shapes.
 
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
-`config.task_split`, JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k" (split "train") is a
+`config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
 placeholder: the paper trains on its own math RL mix; declare it as a task in one module
 (docs/extending.md, "A task") and set --config.task.
 
@@ -25,7 +25,7 @@ Command to run (after the SFT stage; model.path is still needed for the tokenize
     # v5p-128
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/llama31_8b.py:v5p-128 \\
         gs://BUCKET/rl_llama31_8b --config.model.init_workdir=gs://BUCKET/sft_llama31_8b \\
-        --config.model.path=/data/Llama-3.1-8B-Instruct --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Llama-3.1-8B-Instruct --config.data_dir=/data/prd_data
     # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
     sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/llama31_8b.py:8xh200 /ckpt/rl_llama31_8b \\
         --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\

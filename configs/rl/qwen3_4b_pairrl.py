@@ -14,7 +14,7 @@ normaliser), no KL, lambda = 1, the map v = (r - 1) / 9, the reward's form insid
 (1 - |v - y|, averaged over A and B) and the per-prompt verifier baseline.
 
 Training problems (ours: the paper does not name them): the CodeContests train split
-(`config.task="codecontests"`, `config.task_split="train"`, the published parquet shards under
+(`config.task="codecontests"`, `config.split="train"`, the published parquet shards under
 `<data dir>/code/codecontests/`), disjoint from every eval set (CodeContests test, LiveCodeBench
 v5 / v6). Prompts and judges: the "code" template set. Generator reward: all tests pass
 (`rl.code_reward="all_pass"`, ours: the Pass@1 the paper reports, and the label the verifier is
@@ -43,7 +43,7 @@ rollout 14.00, verifier 20.21 GB per device of 102.80; docs/results/2026-12-04-a
 
 Command to run (pretrained weights; one 8xH200 node is the smallest sensible host):
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl.py:8xh200 /ckpt/pairrl_qwen3_4b \\
-        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data_dir=/data/prd_data
 Reproduces: the V1 paper's PairRL rows (generation Pass@1 and V1-Infer selection accuracy after
 training; evaluated by configs/eval/qwen3_4b_v1_after_rl.py:pairrl,BENCH). Expected (paper, V1 §5;
 the model of these figures is not named in the text we have):
@@ -105,7 +105,7 @@ def get_config(arg=None):
     c.grad_accum_steps = {"v5p-128": 48, "8xh200": 384}[pod]
     if domain == "code":  # the paper's setting (V1 §5); the training problems are ours (see the docstring)
         c.task = "codecontests"
-        c.task_split = "train"
+        c.split = "train"
         c.rl.templates = "code"
         c.rl.code_reward = "all_pass"
         c.rl.max_problem_tokens = 2048  # statements with their limits run longer than math problems

@@ -13,7 +13,7 @@ verifier 20.21 GB per device of 102.80; docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pairrl_frozen.py:8xh200 /ckpt/pairrl_frozen \\
-        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data_dir=/data/prd_data
 Reproduces: the paper's co-evolution ablation (verifier trained on base-model samples; evaluate
 with configs/eval/qwen3_4b_v1_after_rl.py:pairrl_frozen,BENCH). Expected (paper, V1 §5):
 "Co-evolving training consistently outperforms non-co-evolving training across all evaluated

@@ -15,7 +15,7 @@ docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_pointrl.py:8xh200 /ckpt/pointrl_qwen3_4b \\
-        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data_dir=/data/prd_data
 Reproduces: the V1 paper's PointRL baseline rows; evaluate with
 configs/eval/qwen3_4b_v1_after_rl.py:pointrl,BENCH (pointwise selection, as V1 App. B: "selects
 the solution with the highest pointwise score"). From App. B: "The pointwise verifier outputs a

@@ -14,7 +14,7 @@ rollout 14.00 GB per device of 102.80; docs/results/2026-12-04-aot-fit-5.md).
 
 Command to run:
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_4b_rl_baseline.py:8xh200 /ckpt/rl_qwen3_4b \\
-        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-4B-Instruct-2507 --config.data_dir=/data/prd_data
 Reproduces: the paper's standard-RL rows that PairRL is compared against; evaluate with
 configs/eval/qwen3_4b_v1_after_rl.py (LiveCodeBench v5 / v6, CodeContests; Pass@1 and V1-Infer
 at 2x: after_rl.py:rl,BENCH). Expected (paper, V1 §5), PairRL over this run: "+8.9% on

@@ -18,7 +18,7 @@ rl.cispo_lower_clip is True. `rl.max_prompt_tokens=10240` leaves room for a PDR 
 the prompt, so operator RL (configs that roll out PDR) can share these shapes.
 
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
-`config.task_split`, JSONL under $PRD_DATA_DIR or `data.data_dir`). "gsm8k" (split "train") is a
+`config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
 placeholder: the paper trains on its own math RL mix; declare it as a task in one module
 (docs/extending.md, "A task") and set --config.task.
 
@@ -33,7 +33,7 @@ stage's, Qwen3-8B-Base):
     # v5p-128
     TPU_NAME=prd-v5p ZONE=us-east5-a launch/tpu_pod.sh run configs/rl/qwen3_8b.py:v5p-128 \\
         gs://BUCKET/rl_qwen3_8b --config.model.init_workdir=gs://BUCKET/sft_qwen3_8b \\
-        --config.model.path=/data/Qwen3-8B-Base --config.data.data_dir=/data/prd_data
+        --config.model.path=/data/Qwen3-8B-Base --config.data_dir=/data/prd_data
     # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
     sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b \\
         --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\
@@ -92,9 +92,9 @@ def get_config(arg=None):
     c.model.init = "checkpoint"
     c.model.init_workdir = ""  # required: the SFT run's workdir (--config.model.init_workdir=...)
     c.task = "gsm8k"  # placeholder for the paper's math RL mix (see the docstring)
-    c.task_split = "train"
+    c.split = "train"
+    c.data_dir = ""  # default: $PRD_DATA_DIR
     c.data = ml_collections.ConfigDict(dict(
-        data_dir="",  # default: $PRD_DATA_DIR
         num_train=0,  # 0: every problem of the set
         mixture="", module=""))  # or a registered seqio task/mixture (docs/extending.md, "Training data of your own")
     c.rl = ml_collections.ConfigDict(dict(

@@ -34,7 +34,7 @@ def get_config(arg=None):
         name="smollm2-135m", path="", init="random", init_workdir="",
         overrides=dict(hidden=64, intermediate=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                        max_position=2048)))
-    c.task_split = "test"  # HumanEval has one split
+    c.split = "test"  # HumanEval has one split
     c.data.num_train = 24  # the first 24 problems; those whose prompt exceeds max_prompt_tokens are skipped
     c.data.templates = "code"
     c.rl.update(PAIRRL_OBJECTIVE)

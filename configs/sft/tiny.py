@@ -27,10 +27,12 @@ def get_config(arg=None):
         overrides=dict(vocab_size=128, hidden=128, intermediate=384, num_layers=2, num_heads=4,
                        num_kv_heads=2, head_dim=32, max_position=1024)))
     c.task = "modchain"  # the synthetic family its traces (and the RL stage's problems) are drawn from
+    c.split = "train"
+    c.data_dir = ""  # a JSONL task's data dir (default $PRD_DATA_DIR)
     c.data = ml_collections.ConfigDict(dict(
         difficulty=(1, 2, 3), num_train=2000, num_eval=64,
         pdr_fraction=0.5, pdr_k=2, sr_fraction=0.25, judge_fraction=0.25, seq_len=256, mode="pack", path="", validation_fraction=0.05,
-        templates="compact", mixture="", module="", data_dir="",  # data_dir: a JSONL task's (default $PRD_DATA_DIR)  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
+        templates="compact", mixture="", module="",  # short prompts (prompts.COMPACT_TEMPLATES) for a char-level model
         # family "preimage" only (data.preimage.TRACE_DEFAULTS; None: its default): the drafts its refine and
         # judge traces quote (how many are drawn and how the workspace ranks them: "random" | "majority"),
         # and how often a refine trace ignores the workspace

@@ -36,8 +36,9 @@ def get_config(arg=None):
         overrides={} if pretrained else dict(hidden=64, intermediate=128, num_layers=2, num_heads=4,
                                              num_kv_heads=2, head_dim=16, max_position=2048)))
     c.task = "gsm8k"  # rows: problem + worked solution (split "train"); no held-out split (eval_split="")
-    c.data = ml_collections.ConfigDict(dict(
-        num_train=320, seq_len=384, mode="pad", split="train", eval_split="", data_dir=""))
+    c.split = "train"
+    c.data_dir = ""  # default: $PRD_DATA_DIR, else the user data dir
+    c.data = ml_collections.ConfigDict(dict(num_train=320, seq_len=384, mode="pad", eval_split=""))
     c.batch_size = 8
     c.grad_accum_steps = 1
     c.optim = ml_collections.ConfigDict(dict(

@@ -25,7 +25,6 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
-from prd_jax.config_schema import default
 from prd_jax.eval_config import EvalConfig
 from prd_jax.eval_setup import EvalSetup
 from prd_jax.mesh import batch_size_multiple
@@ -37,6 +36,7 @@ from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import operator_for
 from prd_jax.operators.runner import run
 from prd_jax.sampling import SamplingConfig, generate
+from prd_jax.train.config import TrainConfig
 from prd_jax.train.rl import RLStage
 from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
 from prd_jax.train.state import abstract_state, state_shardings
@@ -198,7 +198,7 @@ def call_programs(cfg: ModelConfig, mesh, calls: List[SamplerCall], chip, pad_id
 def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn, chip, updates: int = 1,
                   minibatches: int = 1) -> Program:
     """The accumulated optimizer step exactly as `trainer.fit` compiles it (donated state)."""
-    accum = config.get("grad_accum_steps", default("grad_accum_steps"))
+    accum = TrainConfig.from_config(config).grad_accum_steps
     rows, width = next(iter(abstract_batch.values())).shape[:2]
     if rows % accum:
         raise ValueError(f"config.grad_accum_steps={accum} does not divide the {rows} rows of a step")
@@ -227,15 +227,15 @@ def model_config(config) -> ModelConfig:
 
         name, over = config.model, EvalConfig.from_config(config).model_overrides()
     else:
-        name = config.model.name
-        o = config.model.get("overrides", None)
-        over = {} if o is None else (o.to_dict() if hasattr(o, "to_dict") else dict(o))
+        model = TrainConfig.from_config(config).model
+        name, over = model.name, model.overrides
     if name not in NAMED_CONFIGS:
         raise ValueError(f"model {name!r} unknown; allowed: {sorted(NAMED_CONFIGS)}")
     return NAMED_CONFIGS[name].replace(**over)
 
 
 def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
+    config = TrainConfig.from_config(config)
     if config.stage == "sft":
         shape = (config.batch_size, config.data.seq_len)
         batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}

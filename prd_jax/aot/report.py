@@ -20,7 +20,9 @@ from jax.experimental import topologies
 from prd_jax.aot import programs as PG
 from prd_jax.aot.chips import Target, parse_target
 from prd_jax.data.synthetic import CharVocab
+from prd_jax.eval_config import EvalConfig
 from prd_jax.mesh import make_mesh
+from prd_jax.train.config import TrainConfig
 from prd_jax.train.setup import model_tokenizer
 
 log = logging.getLogger(__name__)
@@ -50,11 +52,16 @@ class Row:
         return self.bytes_per_device <= self.hbm_bytes
 
 
+def typed(config):
+    """The validated settings of a training config (`TrainConfig`, with `stage`) or an eval config (`EvalConfig`)."""
+    return TrainConfig.from_config(config) if "stage" in config else EvalConfig.from_config(config)
+
+
 def target_of(config, override: Optional[str], devices: Optional[int]) -> Target:
     """`--topology` / `--devices`, else the config's declared `target` (e.g. "v5p:4x4x4")."""
     if override:
         return _with_devices(parse_target(override), devices)
-    declared = config.get("target")
+    declared = typed(config).target
     if not declared:
         raise ValueError("the config declares no `target` (e.g. c.target = 'v5p:4x4x4'); pass --topology "
                          "CHIP:TOPOLOGY (TPU) or --topology GPU:COUNT (e.g. h200:8)")
@@ -94,10 +101,11 @@ def tokenizer_for(config):
     configured widths), so a stand-in moves prompt widths by the template length difference.
     The stand-in encodes `</think>` as a multi-token marker, so configs with thinking budgets
     compile (`runner.thinking_marker`)."""
-    if config.get("tokenizer") == "char":
+    settings = typed(config)
+    if isinstance(settings, TrainConfig) and settings.tokenizer == "char":
         return CharVocab(), "char"
-    name = config.model if isinstance(config.model, str) else config.model.name
-    path = config.get("model_path") if isinstance(config.model, str) else config.model.get("path")
+    name, path = ((settings.model.name, settings.model.path) if isinstance(settings, TrainConfig)
+                  else (settings.model, settings.model_path))
     if name == "smollm2-135m" or (path and os.path.exists(path)):
         return model_tokenizer(name, path or None), name
     tok = model_tokenizer("smollm2-135m", None)
@@ -107,13 +115,14 @@ def tokenizer_for(config):
 
 def build(config, target: Target, whole_operators: bool = False):
     """(mesh, programs, tokenizer label) for `config` on `target`."""
-    mesh = make_mesh(config.get("mesh") or None, target_devices(target))
+    declared_mesh = typed(config).mesh
+    mesh = make_mesh(declared_mesh or None, target_devices(target))
     if mesh.devices.size != target.devices:
-        raise ValueError(f"config.mesh={config.get('mesh')!r} uses {mesh.devices.size} devices; the target "
+        raise ValueError(f"config.mesh={declared_mesh!r} uses {mesh.devices.size} devices; the target "
                          f"{target.label} has {target.devices}")
     cfg = PG.model_config(config)
     tok, tok_label = tokenizer_for(config)
-    if config.get("operators") is not None:
+    if "operators" in config:
         progs = PG.eval_programs(config, cfg, mesh, tok, target.chip, whole_operators)
     else:
         progs = PG.training_programs(config, cfg, mesh, tok, target.chip)
@@ -122,7 +131,7 @@ def build(config, target: Target, whole_operators: bool = False):
 
 def estimate_table(config, target: Target) -> str:
     """The whole-eval roofline (`programs.eval_estimates`) as a table, with a total line."""
-    mesh = make_mesh(config.get("mesh") or None, target_devices(target))
+    mesh = make_mesh(typed(config).mesh or None, target_devices(target))
     tok, _ = tokenizer_for(config)
     rows = PG.eval_estimates(config, PG.model_config(config), mesh, tok, target.chip)
     lines = ["| operator | generated tokens (upper bound) | roofline hours |", "|---|---|---|"]

@@ -43,11 +43,10 @@ BUDGETS = ("b_seq", "b_total", "b_seq_io", "b_total_io")
 
 def eval_rows(config, rl, task) -> list:
     """The held-out problems: the first `rl.eval_problems` rows of split `rl.eval_split` (or the
-    task's default split) of `task`, from `data.data_dir`."""
-    data = config.get("data") or {}
+    task's default split) of `task`, from `config.data_dir` (`config`: a `TrainConfig`)."""
     split = rl.eval_split or task.default_split
-    data_dir = data.get("data_dir") or None
-    if not data.get("mixture"):
+    data_dir = config.data_dir_or_none
+    if not config.data.mixture:
         require_data(task, split, data_dir)  # a built-in benchmark not yet fetched: names `prd-jax data get`
     try:
         rows = task.problems(split, limit=rl.eval_problems, data_dir=data_dir)

@@ -1,4 +1,5 @@
-"""`prd-jax train`: build the stage a config names and run the shared loop.
+"""`prd-jax train`: validate the config once (`train.config.TrainConfig`), build the stage it
+names and run the shared loop.
 
 `config.stage` is "sft" or "rl" (RL variants are `config.rl.*`). See `trainer.fit`.
 """
@@ -7,22 +8,19 @@ from __future__ import annotations
 
 from prd_jax.mesh import init_distributed
 from prd_jax.train import setup
+from prd_jax.train.config import STAGES, TrainConfig
 from prd_jax.train.rl import RLStage
 from prd_jax.train.sft import SFTStage
 from prd_jax.train.trainer import fit
 
-STAGES = ("sft", "rl")
+__all__ = ["STAGES", "train"]
 
 
 def train(config, workdir: str, *, progress: bool = True) -> dict:
     """Train per `config` in `workdir` (resuming if it holds checkpoints); returns last metrics."""
-    if config.stage not in STAGES:
-        raise ValueError(f"config.stage={config.stage!r}; allowed: {STAGES}")
+    tc = TrainConfig.from_config(config)
     init_distributed()
-    mesh = setup.build_mesh(config)
-    cfg, params, tokenizer = setup.build_model(config, mesh)
-    if config.stage == "sft":
-        stage = SFTStage(config, cfg, tokenizer, mesh)
-    else:
-        stage = RLStage(config, cfg, tokenizer, mesh)
+    mesh = setup.build_mesh(tc)
+    cfg, params, tokenizer = setup.build_model(tc, mesh)
+    stage = (SFTStage if tc.stage == "sft" else RLStage)(tc, cfg, tokenizer, mesh)
     return fit(config, workdir, stage, mesh=mesh, cfg=cfg, init_params=params, progress=progress)

@@ -1,23 +1,24 @@
 """Build the pieces a training config names: mesh, model config, tokenizer, initial params, data.
 
-Config fields (see `configs/sft/tiny.py` for a complete example):
+Every function takes the typed `train.config.TrainConfig` (a raw ConfigDict is validated into one
+first, `TrainConfig.from_config`). Config fields (see `configs/sft/tiny.py` for a complete example):
 - `model.name` (a named config), `model.path` (local weights), `model.overrides` (ModelConfig
   fields), `model.init`: "random" (from scratch), "pretrained" (`prd_jax.model.load`) or
   "checkpoint" (params of the latest step in `model.init_workdir`, e.g. an SFT run);
 - `tokenizer`: "char" (`data.synthetic.CharVocab`, for from-scratch models) or "model";
 - the task, `config.task` (`prd_jax.tasks`): RL's problems, grader and reward; every stage asks
-  the task for its problems (`training_task`). `config.task_split` picks RL's split (default
-  "train"), `data.num_train` caps its rows (> 0), `data.data_dir` is the data dir. A synthetic
+  the task for its problems (`training_task`). `config.split` picks the split (default "train";
+  as in an eval config), `data.num_train` caps its rows (> 0), `config.data_dir` is the data dir. A synthetic
   family (`tasks.synthetic.DrawnTask`) draws with `config.seed` and `data.difficulty`.
 - SFT data, first match: `data.mixture`, a registered seqio task or mixture (`data.module`, a
   module name or several separated by commas, is imported first, so a module that registers the
-  task on import is enough; splits `data.split`, default "train", and `data.eval_split`, default
+  task on import is enough; splits `config.split`, default "train", and `data.eval_split`, default
   "validation", no held-out loss when the task lacks it); `data.path`, a trace dir with
   train.jsonl / validation.jsonl chat traces (`data.chat_traces`, read through its TFDS
   builder); else `config.task`'s own problems: a synthetic family's traces
   (`data.synthetic.sft_traces`), or any other task's rows that carry a worked completion
   (`Task.sft_target`, default the row's `solution` field; rows without one are skipped and
-  counted), prompted with the task's `solve` template (`task_sft_rows`): split `data.split`
+  counted), prompted with the task's `solve` template (`task_sft_rows`): split `config.split`
   (default "train"), held out `data.eval_split` when the task has that split. For RL,
   `data.mixture` replaces the task's source (its rows, the task's grading).
 - `data.source`, `data.family` and an eval's `dataset` were removed (issue 35 §1); a config that
@@ -51,61 +52,55 @@ from typing import Any, Optional
 import jax
 
 from prd_jax import fileio, prompts
-from prd_jax.config_schema import default
 from prd_jax.checkpoint import latest_params
-from prd_jax.data import chat_traces, preimage, seqio_rows, sft, synthetic
+from prd_jax.data import chat_traces, seqio_rows, sft, synthetic
 from prd_jax.host import on_main
 from prd_jax.mesh import make_mesh
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.loader import load, smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer, for_model
 from prd_jax.model.weights import param_shardings
-from prd_jax.tasks import SeqioData, check_removed_fields, require_data, task_for_config
+from prd_jax.tasks import SeqioData, get_task, require_data
 from prd_jax.tasks.synthetic import DrawnTask
+from prd_jax.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
-INITS = ("random", "pretrained", "checkpoint")
-TOKENIZERS = ("char", "model")
-
 
 def model_overrides(config) -> dict:
-    o = config.model.get("overrides", None)
-    return {} if o is None else (o.to_dict() if hasattr(o, "to_dict") else dict(o))
+    """The `ModelConfig` fields `config.model.overrides` replaces on the named model."""
+    return dict(TrainConfig.from_config(config).model.overrides)
 
 
 def build_mesh(config):
-    return make_mesh(config.get("mesh") or None)
+    return make_mesh(TrainConfig.from_config(config).mesh or None)
 
 
 def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
     """(ModelConfig, params or None for random init, tokenizer) from `config.model`."""
-    init = config.model.init
-    if init not in INITS:
-        raise ValueError(f"config.model.init={init!r}; allowed: {INITS}")
-    if config.tokenizer not in TOKENIZERS:
-        raise ValueError(f"config.tokenizer={config.tokenizer!r}; allowed: {TOKENIZERS}")
-    require_task_data(config)  # a built-in benchmark not yet fetched fails here, before params load
+    tc = TrainConfig.from_config(config)
+    m = tc.model
+    require_task_data(tc)  # a built-in benchmark not yet fetched fails here, before params load
     params, tokenizer = None, None
-    if init == "pretrained":
-        loaded = load(config.model.name, config.model.get("path") or None, mesh=mesh, **model_overrides(config))
+    if m.init == "pretrained":
+        loaded = load(m.name, m.path or None, mesh=mesh, **m.overrides)
         cfg, params, tokenizer = loaded.cfg, loaded.params, loaded.tokenizer
     else:
-        if config.model.name not in NAMED_CONFIGS:
-            raise ValueError(f"config.model.name={config.model.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
-        cfg = NAMED_CONFIGS[config.model.name].replace(**model_overrides(config))
-    if config.tokenizer == "char":
+        if m.name not in NAMED_CONFIGS:
+            raise ValueError(f"config.model.name={m.name!r}; allowed: {sorted(NAMED_CONFIGS)}")
+        cfg = NAMED_CONFIGS[m.name].replace(**m.overrides)
+    if tc.tokenizer == "char":
         tokenizer = synthetic.CharVocab()
         if cfg.vocab_size < tokenizer.vocab_size:
             raise ValueError(f"config.model.overrides.vocab_size={cfg.vocab_size} < CharVocab size "
                              f"{tokenizer.vocab_size}")
     elif tokenizer is None:
-        tokenizer = model_tokenizer(config.model.name, config.model.get("path") or None)
+        tokenizer = model_tokenizer(m.name, m.path or None)
     tokenizer = for_model(tokenizer, cfg)  # the chat template's thinking switch (cfg.enable_thinking)
-    if config.get("continual"):
-        check_continual(config)
-    if init == "checkpoint":
-        params = checkpoint_params(config.model.init_workdir, cfg, mesh)
+    if tc.continual:
+        check_continual(tc)
+    if m.init == "checkpoint":
+        params = checkpoint_params(m.init_workdir, cfg, mesh)
     return cfg, params, tokenizer
 
 
@@ -122,15 +117,16 @@ def check_continual(config) -> None:
     """Continual PDR-RL (PDR paper §4.2) starts from a *baseline RL* run: its workdir's config
     must be an RL stage without operator rollouts. The workdir may be local or a URI
     (gs://...); process 0 reads its config.json and hands it to the others."""
-    path = os.path.join(config.model.init_workdir or "", "config.json")
+    m = config.model  # a TrainConfig's ModelInit, or the config file's model sub-config
+    path = os.path.join(m.init_workdir, "config.json")
     base = None
-    if config.model.init == "checkpoint" and config.model.init_workdir:
+    if m.init == "checkpoint" and m.init_workdir:
         base = on_main(lambda: fileio.read_json(path) if fileio.exists(path) else None)
     if base is None:
         raise ValueError("config.continual=True needs config.model.init='checkpoint' and "
                          f"config.model.init_workdir set to a baseline RL workdir (no {path})")
     if base.get("stage") != "rl" or base.get("rl", {}).get("operator_fraction", 0.0) > 0:
-        raise ValueError(f"config.model.init_workdir={config.model.init_workdir!r} is not a baseline RL run "
+        raise ValueError(f"config.model.init_workdir={m.init_workdir!r} is not a baseline RL run "
                          f"(stage={base.get('stage')!r}, operator_fraction="
                          f"{base.get('rl', {}).get('operator_fraction')}); continual mode needs one")
 
@@ -145,8 +141,8 @@ def checkpoint_params(workdir: str, cfg: ModelConfig, mesh):
 
 
 def synthetic_rows(data, seed: int, n: int, family: str) -> list:
-    """The `n` synthetic problems of `family` at `data.difficulty`, drawn with `seed`, in order:
-    the problems a synthetic task's RL stage and SFT traces draw (`training_task`)."""
+    """The `n` synthetic problems of `family` at `data.difficulty` (`DataSettings`), drawn with
+    `seed`, in order: the problems a synthetic task's RL stage and SFT traces draw (`training_task`)."""
     return synthetic.generate(n, seed, tuple(data.difficulty), family=family)
 
 
@@ -154,18 +150,8 @@ def synthetic_traces(rng, problem, data, templates: str, family: str = "modchain
     """SFT rows of one synthetic problem (`data.synthetic.sft_traces`): its single-pass trace,
     then, each with its probability, a PDR refine trace (`data.pdr_fraction`; `data.pdr_k`
     candidates, 0..k of them wrong, uniformly), an SR refine trace (`data.sr_fraction`) and a
-    pairwise judge trace (`data.judge_fraction`)."""
-    return synthetic.sft_traces(rng, problem, templates=templates, **_trace_settings(data, family))
-
-
-def _trace_settings(data, family: str) -> dict:
-    """The `synthetic.sft_traces` keywords of `data`; the "preimage" family adds its draft knobs
-    (`preimage.TRACE_DEFAULTS`: draft_tokens, tail_tokens, refine_ignore, false_rate, drafts, ranking)
-    where set."""
-    out = {k: data.get(k, default(f"data.{k}")) for k in ("pdr_fraction", "pdr_k", "sr_fraction", "judge_fraction")}
-    if family == preimage.FAMILY:
-        out.update({k: data[k] for k in preimage.TRACE_DEFAULTS if data.get(k) is not None})
-    return out
+    pairwise judge trace (`data.judge_fraction`); `data` is a `DataSettings`."""
+    return synthetic.sft_traces(rng, problem, templates=templates, **data.trace_settings(family))
 
 
 def _digest(settings: dict) -> str:
@@ -176,24 +162,24 @@ def synthetic_sft_task(config, templates: str, family: str) -> str:
     """Register the seqio SFT task of a synthetic config: splits "train" (`data.num_train`
     problems, seed `config.seed`) and "validation" (`data.num_eval`, seed + 10_000), text
     `inputs`/`targets` (`data.synthetic.sft_split_rows`)."""
-    data = config.data
-    settings = {"seed": int(config.seed), "num_train": int(data.num_train),
-                "num_eval": int(data.get("num_eval", default("data.num_eval"))), "difficulty": list(data.difficulty),
-                "family": family, "templates": templates, **_trace_settings(data, family)}
+    tc = TrainConfig.from_config(config)
+    data = tc.data
+    settings = {"seed": tc.seed, "num_train": data.num_train, "num_eval": data.num_eval,
+                "difficulty": list(data.difficulty), "family": family, "templates": templates,
+                **data.trace_settings(family)}
     name = f"prd_synthetic_sft_{_digest(settings)}"
     return synthetic.register_sft_task(name, settings["seed"], settings["num_train"], settings["num_eval"],
                                        tuple(data.difficulty), settings["family"], templates,
-                                       **_trace_settings(data, family))
+                                       **data.trace_settings(family))
 
 
 def require_task_data(config) -> None:
-    """`tasks.require_data` for the split a training run reads from `config.task` (SFT: `data.split`,
-    RL: `config.task_split`; default "train"); nothing when `data.mixture` or `data.path` replaces it."""
-    data = config.get("data") or {}
-    if data.get("mixture") or data.get("path") or not config.get("task"):
+    """`tasks.require_data` for the split a training run reads from `config.task` (`config.split`,
+    default "train"); nothing when `data.mixture` or `data.path` replaces it."""
+    tc = TrainConfig.from_config(config)
+    if tc.data.mixture or tc.data.path or not tc.task:
         return
-    split = (data.get("split") if config.get("stage") == "sft" else config.get("task_split")) or "train"
-    require_data(task_for_config(config), split, data.get("data_dir") or None)
+    require_data(get_task(tc.task), tc.split, tc.data_dir_or_none)
 
 
 def training_task(config):
@@ -201,16 +187,18 @@ def training_task(config):
     its data as the config sets it: `data.mixture` (+ `data.module`) replaces its source by that
     seqio task or mixture; a synthetic family (`DrawnTask`) draws with `config.seed` and
     `data.difficulty`."""
-    task = task_for_config(config)
-    data = config.get("data") or {}
-    if data.get("mixture"):
-        source = SeqioData(data.mixture, data.get("module") or "")
+    tc = TrainConfig.from_config(config)
+    if not tc.task:
+        raise ValueError("config.task is unset; SFT on data.mixture or data.path has no task")
+    task, data = get_task(tc.task), tc.data
+    if data.mixture:
+        source = SeqioData(data.mixture, data.module)
         source.import_modules("config.data.module")
         task = task.options(source=source)
     if isinstance(task, DrawnTask):
-        opts = {"seed": int(config.get("seed") or 0)}
-        if data.get("difficulty") is not None:
-            opts["difficulty"] = tuple(data.difficulty)
+        opts = {"seed": tc.seed}
+        if data.difficulty is not None:
+            opts["difficulty"] = data.difficulty
         task = task.options(**opts)
     return task
 
@@ -219,27 +207,22 @@ def sft_task(config) -> tuple[str, str, Optional[str]]:
     """(seqio task or mixture name, train split, held-out split or None) for SFT (module
     docstring): `data.mixture` (its modules imported), the chat traces of `data.path`, or the
     synthetic traces of `config.task`'s family, registered as a seqio task."""
-    check_removed_fields(config)
-    data = config.data
-    if data.get("mixture"):
-        SeqioData(data.mixture, data.get("module") or "").import_modules("config.data.module")
-        name, split = data.mixture, data.get("split") or default("data.split")
-        eval_split = data.get("eval_split", default("data.eval_split"))
-    elif data.get("path"):
-        name = chat_traces.register_chat_text_task(
-            data.path, validation_fraction=data.get("validation_fraction", default("data.validation_fraction")))
+    tc = TrainConfig.from_config(config)
+    data = tc.data
+    if data.mixture:
+        SeqioData(data.mixture, data.module).import_modules("config.data.module")
+        name, split, eval_split = data.mixture, tc.split, data.eval_split
+    elif data.path:
+        name = chat_traces.register_chat_text_task(data.path, validation_fraction=data.validation_fraction)
         split, eval_split = "train", "validation"
     else:
-        task = training_task(config)
+        task = training_task(tc)
         if not isinstance(task, DrawnTask):
             raise ValueError(f"config.task={task.name!r}: its SFT rows come from the task itself (sft_examples), "
                              "not from a seqio task")
-        templates = data.get("templates", default("data.templates"))
-        if templates not in prompts.TEMPLATE_SETS:
-            raise ValueError(f"config.data.templates={templates!r}; allowed: {sorted(prompts.TEMPLATE_SETS)}")
-        name, split, eval_split = synthetic_sft_task(config, templates, task.family), "train", "validation"
+        name, split, eval_split = synthetic_sft_task(tc, data.templates, task.family), "train", "validation"
     if split not in seqio_rows.splits(name):
-        raise ValueError(f"config.data.split={split!r}: seqio task {name!r} has splits {sorted(seqio_rows.splits(name))}")
+        raise ValueError(f"config.split={split!r}: seqio task {name!r} has splits {sorted(seqio_rows.splits(name))}")
     if eval_split and eval_split not in seqio_rows.splits(name):
         eval_split = None
     return name, split, eval_split
@@ -262,10 +245,9 @@ def task_sft_rows(task, rows: list, where: str) -> list:
 
 def _task_sft_examples(config, tokenizer, task) -> tuple[list, list]:
     """(train, held-out) examples of a non-synthetic `config.task`'s own rows (`task_sft_rows`)."""
-    data = config.data
-    data_dir = data.get("data_dir") or None
-    split, eval_split = data.get("split") or default("data.split"), data.get("eval_split", default("data.eval_split"))
-    train = task.problems(split, limit=data.get("num_train") or None, data_dir=data_dir)
+    tc = TrainConfig.from_config(config)
+    data_dir, split, eval_split = tc.data_dir_or_none, tc.split, tc.data.eval_split
+    train = task.problems(split, limit=tc.data.num_train or None, data_dir=data_dir)
     held = []
     if eval_split and task.source is not None and eval_split in task.source.split_names:
         held = task.problems(eval_split, data_dir=data_dir)
@@ -284,13 +266,12 @@ def sft_examples(config, tokenizer) -> tuple[list, list]:
     """(train, validation) SFT examples `(prompt_ids, completion_ids)` from `config.data`, read
     through seqio (`sft_task`) and rendered with the chat template (`sft.examples_from_text_rows`);
     a non-synthetic `config.task` gives its own rows (`task_sft_rows`)."""
-    data = config.data
-    if not data.get("mixture") and not data.get("path"):
-        check_removed_fields(config)
-        task = training_task(config)
+    tc = TrainConfig.from_config(config)
+    if not tc.data.mixture and not tc.data.path:
+        task = training_task(tc)
         if not isinstance(task, DrawnTask):
-            return _task_sft_examples(config, tokenizer, task)
-    name, split, eval_split = sft_task(config)
+            return _task_sft_examples(tc, tokenizer, task)
+    name, split, eval_split = sft_task(tc)
     train = sft.examples_from_text_rows(tokenizer, seqio_rows.read(name, split, preprocess=True), f"{name}:{split}")
     held_out = [] if eval_split is None else sft.examples_from_text_rows(
         tokenizer, seqio_rows.read(name, eval_split, preprocess=True), f"{name}:{eval_split}")
@@ -301,15 +282,11 @@ def sft_examples(config, tokenizer) -> tuple[list, list]:
 
 def rl_problems(config, task=None) -> list:
     """Problems {id, problem, answer, ...} for RL rollouts: the task's (`training_task`, or `task`
-    when given), split `config.task_split` (with `data.mixture`: `data.split`; default "train"),
-    at most `data.num_train` rows when that is > 0, from `data.data_dir`."""
-    task = training_task(config) if task is None else task
-    data = config.get("data") or {}
-    if data.get("mixture"):
-        split = data.get("split") or default("data.split")
-    else:
-        split = config.get("task_split") or default("task_split")
-    rows = task.problems(split, limit=data.get("num_train") or None, data_dir=data.get("data_dir") or None)
+    when given), split `config.split` (default "train"; with `data.mixture`, the mixture's split),
+    at most `data.num_train` rows when that is > 0, from `config.data_dir`."""
+    tc = TrainConfig.from_config(config)
+    task = training_task(tc) if task is None else task
+    rows = task.problems(tc.split, limit=tc.data.num_train or None, data_dir=tc.data_dir_or_none)
     for i, row in enumerate(rows[:1]):
         try:
             task.problem_text(row), task.gold_key(row)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prd_jax.config_schema import default
 from prd_jax.data.sft import SFTBatches, pad
 from prd_jax.train import router_aux
 from prd_jax.train.chunked_xent import chunked_weighted_nll
+from prd_jax.train.config import TrainConfig
 from prd_jax.train.setup import sft_examples
 from prd_jax.train.trainer import eval_loss
 
@@ -44,12 +44,12 @@ class SFTStage:
     """Data side of SFT for `trainer.fit`: a resumable packed/padded iterator and eval loss."""
 
     def __init__(self, config, cfg, tokenizer, mesh):
-        self.cfg, self.mesh, self.config = cfg, mesh, config
-        train, held_out = sft_examples(config, tokenizer)
-        data = config.data
-        self.batches = SFTBatches(train, seq_len=data.seq_len, batch_size=config.batch_size, seed=config.seed,
-                                  mode=data.get("mode", default("data.mode")), pad_id=tokenizer.pad_id)
-        self.eval_batches = pad(held_out, data.seq_len, config.batch_size, pad_id=tokenizer.pad_id)[0] if held_out else []
+        self.config = tc = TrainConfig.from_config(config)
+        self.cfg, self.mesh = cfg, mesh
+        train, held_out = sft_examples(tc, tokenizer)
+        self.batches = SFTBatches(train, seq_len=tc.data.seq_len, batch_size=tc.batch_size, seed=tc.seed,
+                                  mode=tc.data.mode, pad_id=tokenizer.pad_id)
+        self.eval_batches = pad(held_out, tc.data.seq_len, tc.batch_size, pad_id=tokenizer.pad_id)[0] if held_out else []
         self.counts = self.batches.counts
 
     def loss_fn(self):

@@ -37,10 +37,10 @@ from tqdm import tqdm
 from prd_jax import fileio
 from prd_jax.checkpoint import Checkpointer
 from prd_jax.config_io import save_config
-from prd_jax.config_schema import default
 from prd_jax.host import is_main, to_host
-from prd_jax.tracking import Tracker, WandbConfig, open_tracker
-from prd_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+from prd_jax.tracking import Tracker, open_tracker
+from prd_jax.train.config import TrainConfig
+from prd_jax.train.optim import make_optimizer, make_schedule
 from prd_jax.train.rollout_log import RolloutLog
 from prd_jax.train.state import TrainState, abstract_state, create_state, state_shardings
 from prd_jax.train.step import compile_step, minibatch_updates, train_step
@@ -57,9 +57,9 @@ def from_tree(tree: dict) -> TrainState:
 
 
 def optimizer_from(config):
-    oc = config.optim.to_dict() if hasattr(config.optim, "to_dict") else dict(config.optim)
-    cfg = OptimConfig(**oc)
-    return make_optimizer(cfg), make_schedule(cfg)
+    """(optimizer, schedule) of `config.optim` (`OptimConfig`)."""
+    optim = TrainConfig.from_config(config).optim
+    return make_optimizer(optim), make_schedule(optim)
 
 
 def local_rows(batch_shardings: dict, abstract_batch: dict) -> list:
@@ -137,13 +137,16 @@ def _step_of(line: str):
 
 
 def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, progress: bool = True) -> dict:
-    """Train `stage` for `config.steps` steps in `workdir` (resuming); returns the last metrics."""
+    """Train `stage` for `config.steps` steps in `workdir` (resuming); returns the last metrics.
+    `config` is the run's ConfigDict: it is saved as given (`config.json`, which later runs and
+    `checkpoint.load_workdir` read) and read through its validated `TrainConfig`."""
+    tc = TrainConfig.from_config(config)
     fileio.makedirs(workdir)
     save_config(config, workdir)
-    optimizer, schedule = optimizer_from(config)
+    optimizer, schedule = optimizer_from(tc)
     shardings = state_shardings(cfg, optimizer, mesh)
     abstract = abstract_state(cfg, optimizer, mesh)
-    ckpt = Checkpointer(workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints)
+    ckpt = Checkpointer(workdir, save_every=tc.checkpoint_every, keep=tc.keep_checkpoints)
     restored = ckpt.restore_latest(as_tree(abstract))
     if restored is not None:
         step, tree, meta = restored
@@ -152,12 +155,12 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
         log.info("resumed %s at step %d", workdir, step)
     else:
         step = 0
-        state = create_state(cfg, optimizer, mesh, jax.random.key(config.seed), init_params)
-    if step >= config.steps:  # already done: a rerun resumes at the end (nothing to compile)
+        state = create_state(cfg, optimizer, mesh, jax.random.key(tc.seed), init_params)
+    if step >= tc.steps:  # already done: a rerun resumes at the end (nothing to compile)
         ckpt.close()
-        log.info("%s is already at step %d >= config.steps=%d", workdir, step, config.steps)
+        log.info("%s is already at step %d >= config.steps=%d", workdir, step, tc.steps)
         return dict(meta.get("metrics") or {})
-    accum = config.get("grad_accum_steps", default("grad_accum_steps"))
+    accum = tc.grad_accum_steps
     step_fn = functools.partial(train_step, loss_fn=stage.loss_fn(), optimizer=optimizer, schedule=schedule)
     step_fn = minibatch_updates(step_fn, getattr(stage, "minibatches", 1), getattr(stage, "updates_per_batch", 1))
     abstract_batch = jax.tree.map(
@@ -169,17 +172,16 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
     holder = {"state": state, "step": step}
     ckpt.install_preemption_handler(
         lambda: (holder["step"], as_tree(holder["state"]), {"data": stage.data_state()}))
-    tracker = open_tracker(config.get("loggers", default("loggers")), workdir,
-                           WandbConfig.from_config(config.get("wandb")), is_main())
+    tracker = open_tracker(tc.loggers, workdir, tc.wandb, is_main())
     tracker.config(config.to_dict() if hasattr(config, "to_dict") else dict(config))
     if hasattr(stage, "use_tracker"):
         stage.use_tracker(tracker)
-    metrics_log = MetricsLog(workdir, step, config.steps, progress, tracker)
+    metrics_log = MetricsLog(workdir, step, tc.steps, progress, tracker)
     rollout_log = RolloutLog(workdir, step, tracker) if hasattr(stage, "rollout_records") else None
     metrics: dict = {}
-    bad_in_a_row, max_bad = 0, config.get("max_nonfinite_steps", default("max_nonfinite_steps"))
+    bad_in_a_row, max_bad = 0, tc.max_nonfinite_steps
     try:
-        while step < config.steps:
+        while step < tc.steps:
             t_data = time.perf_counter()
             batch, host_metrics = stage.next_batch(state, step, rows)
             t_step = time.perf_counter()
@@ -191,7 +193,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
             metrics = {**{k: float(v) for k, v in device_metrics.items()}, **host_metrics,
                        "time/data_s": t_step - t_data, "time/train_s": t_end - t_step,
                        "train/tokens_per_s": float(device_metrics["tokens"]) / max(t_end - t_step, 1e-9)}
-            if hasattr(stage, "evaluate") and config.get("eval_every") and step % config.eval_every == 0:
+            if hasattr(stage, "evaluate") and tc.eval_every and step % tc.eval_every == 0:
                 metrics.update(stage.evaluate(state.params, step))
             metrics_log.write(step, metrics)
             if rollout_log is not None:
@@ -203,7 +205,7 @@ def fit(config, workdir: str, stage, *, mesh, cfg, init_params: Any = None, prog
                     f"(updates rejected; config.max_nonfinite_steps={max_bad}). Lower config.optim.learning_rate "
                     f"or check the data; the last good state is in {workdir}/checkpoints")
             ckpt.save(step, as_tree(state), {"data": stage.data_state(), "metrics": metrics},
-                      force=step == config.steps)
+                      force=step == tc.steps)
     finally:
         ckpt.wait()
         ckpt.close()
