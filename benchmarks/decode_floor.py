@@ -7,9 +7,9 @@ its own and timed (best of 10), in the layout the sampler uses and in the one it
 printing the ratio:
 
 - `qkv + o` and `mlp` projections: weights output-major `[out, in]` contracted on their last
-  axis (`decoder.decode_weights`) against input-major `x @ W`;
+  axis (`decode.decode_weights`) against input-major `x @ W`;
 - `attention` over a `--cache`-slot cache (keys `[B, K, Dh, S]`, values `[B, K, S, Dh]`,
-  `decoder.decode_cache`): the fused multiply-reduce of `decoder.cache_attention` against the
+  `decode.decode_cache`): the fused multiply-reduce of `attention.cache_attention` against the
   batched dots it replaced;
 - `head`: the tied table `[V, D]` contracted on D, plus the logsumexp and argmax a greedy
   step needs, reduced per vocabulary block (`sampling.vocab_blocks`) against whole rows;
@@ -58,7 +58,7 @@ def projections(out_major: bool, pairs, x, mid: int):
 
 
 def attention(fused: bool, ks, vs, q, mask):
-    from prd_jax.model.decoder import cache_attention
+    from prd_jax.model.attention import cache_attention
     for k, v in zip(ks, vs):
         if fused:
             out = cache_attention(q, k, v, mask, 0.125)

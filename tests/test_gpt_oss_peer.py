@@ -229,7 +229,7 @@ def test_ring_cache_decode_equals_full_cache(peer):
     """Sliding-window layers decode from a window-sized ring (`decode_cache(windows=...)`):
     the caches have W slots on those layers, and the logits of steps that wrap the ring
     equal a full-size cache's."""
-    from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache, ring_windows
+    from prd_jax.model.decode import decode_cache, decode_step, decode_weights, init_cache, ring_windows
 
     name, _, ours, _ = peer
     if name != sorted(CONFIGS)[-1]:

@@ -14,7 +14,8 @@ import pytest
 
 from prd_jax.model import layers
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import _apply, _tokens
+from prd_jax.model.decode import _apply
+from prd_jax.model.decoder import _tokens
 from prd_jax.model.moe import moe_tokens
 
 D, N, K, DH, F = 16, 4, 2, 8, 24
@@ -49,7 +50,7 @@ def _weights(cfg, rng):
 
 
 def _decode_layout(p):
-    """The same weights output-major with q/k/v and gate/up fused (`decoder.decode_weights`)."""
+    """The same weights output-major with q/k/v and gate/up fused (`decode.decode_weights`)."""
     out = {name: w for name, w in p.items() if name not in ("q", "k", "v", "o", "gate", "up", "down")}
     out["qkv"] = np.concatenate([p[n].reshape(D, -1) for n in ("q", "k", "v")], axis=1).T
     out["gate_up"] = np.concatenate([p["gate"], p["up"]], axis=1).T

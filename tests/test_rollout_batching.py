@@ -11,7 +11,7 @@ import pytest
 from prd_jax.mesh import make_mesh
 from prd_jax.model.weights import param_shardings
 from prd_jax.model import forward, get_model_config, init_params
-from prd_jax.model.decoder import decode_cache, decode_step, decode_weights, init_cache
+from prd_jax.model.decode import decode_cache, decode_step, decode_weights, init_cache
 from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes, generate, prompt_widths
 
 pytestmark = pytest.mark.slow  # sampler equivalences compile many programs each

@@ -251,7 +251,7 @@ def test_row_chunked_next_logits_equal_the_uncached_forward(tiny):
 @pytest.mark.slow
 def test_blocked_prefill_attention_equals_dense(tiny):
     """Query blocks of prefill attention give the dense masked attention over the prompt."""
-    from prd_jax.model.decoder import prefill_attention
+    from prd_jax.model.attention import prefill_attention
 
     b, t, n, k, dh = 2, 16, 4, 2, 8
     q, key, val = (jax.random.normal(jax.random.key(i), (b, t, h, dh)) for i, h in enumerate((n, k, k)))

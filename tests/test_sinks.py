@@ -1,4 +1,4 @@
-"""GPT-OSS sink attention (`prd_jax.model.sinks`): the formula against a numpy loop, and the
+"""GPT-OSS sink attention (`prd_jax.model.attention.sink_attention`): the formula against a numpy loop, and the
 query-blocked form of long calls against the one-piece form (values and gradients, and a
 whole tiny GPT-OSS forward)."""
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prd_jax.model import sinks as S
+from prd_jax.model import attention as A
 
 
 def _inputs(b=2, t=13, s=13, n=4, k=2, dh=8, seed=0):
@@ -41,7 +41,7 @@ def _numpy(q, key, val, mask, sinks, scale):
 @pytest.mark.parametrize("block", [0, 4, 5, 13, 64])
 def test_sink_attention_equals_numpy(block):
     q, key, val, mask, sinks = _inputs()
-    got = jax.jit(S.sink_attention, static_argnums=(5, 6))(q, key, val, mask, sinks, 0.35, block)
+    got = jax.jit(A.sink_attention, static_argnums=(5, 6))(q, key, val, mask, sinks, 0.35, block)
     want = _numpy(q, key, val, mask, sinks, 0.35)
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-6, rtol=2e-5)
     np.testing.assert_array_equal(np.asarray(got[1, 0]), 0.0)  # no visible key: all weight on the sink
@@ -52,7 +52,7 @@ def test_blocked_gradients_equal_one_piece():
     w = jnp.asarray(np.random.RandomState(2).randn(*q.shape), jnp.float32)
 
     def loss(args, block):
-        return jnp.sum(S.sink_attention(*args[:3], mask, args[3], 0.35, block) * w)
+        return jnp.sum(A.sink_attention(*args[:3], mask, args[3], 0.35, block) * w)
 
     grad = jax.jit(jax.grad(loss), static_argnums=1)
     whole, blocked = grad((q, key, val, sinks), 0), grad((q, key, val, sinks), 4)
@@ -73,8 +73,8 @@ def test_model_forward_in_query_blocks_equals_one_piece(monkeypatch):
     params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (2, 11), 0, 64)
     positions = jnp.broadcast_to(jnp.arange(11), (2, 11))
-    monkeypatch.setattr(S, "SINK_QUERY_BLOCK", 0)
+    monkeypatch.setattr(A, "SINK_QUERY_BLOCK", 0)
     whole = jax.jit(forward, static_argnums=0)(cfg, params, tokens, positions)[0]
-    monkeypatch.setattr(S, "SINK_QUERY_BLOCK", 3)
+    monkeypatch.setattr(A, "SINK_QUERY_BLOCK", 3)
     blocked = jax.jit(forward, static_argnums=0)(cfg, params, tokens, positions)[0]
     np.testing.assert_allclose(np.asarray(blocked), np.asarray(whole), atol=1e-5, rtol=1e-5)

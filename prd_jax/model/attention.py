@@ -1,9 +1,17 @@
-"""Causal self-attention for training and scoring (no cache), in query blocks.
+"""Every attention core of the model: pure functions of queries, keys/values and a mask.
+The callers write the caches and choose the core (`decoder._stacked_attention` on the stacked
+forward, the `attend` of `decode.decode_step_groups` on the decode step):
 
-Queries of one kv head are laid out as rows `[B, K, T * G, Dh]` (position-major, then the
-G query heads that share the kv head), so a block of positions is one contiguous slab of
-`block * G` rows and every score matmul is a plain `[rows, Dh] x [Dh, keys]` product per
-(row, kv head) pair.
+- `causal_block_attention`: training and scoring (no cache), in groups of query blocks, with
+  a written-out backward;
+- `prefill_attention`: a left-padded prompt over its own keys, in query blocks;
+- `cache_attention`: the decode step's one query per row over its decode cache;
+- `sink_attention`: heads with a learned sink logit (GPT-OSS), on every stacked-forward call.
+
+Training attention (`causal_block_attention`). Queries of one kv head are laid out as rows
+`[B, K, T * G, Dh]` (position-major, then the G query heads that share the kv head), so a
+block of positions is one contiguous slab of `block * G` rows and every score matmul is a
+plain `[rows, Dh] x [Dh, keys]` product per (row, kv head) pair.
 
 The program's size does not grow with T: the query blocks are split into at most
 `MAX_BLOCK_GROUPS` contiguous groups (plus a short last block when T is not a multiple of
@@ -22,19 +30,36 @@ autodiff (`fused=False`), each scanned block under `jax.checkpoint` so that its
 probabilities are recomputed in the backward rather than stacked for all blocks. Timings
 against the forms it replaced: docs/results/2026-12-01-train-step-mfu.md and
 docs/results/2026-12-03-aot-fit-2.md.
+
+Sinks (`sink_attention`, `cache_attention(sinks=...)`). Each head h has a scalar `sink_h` that
+joins the softmax denominator as one extra key with no value (OpenAI, "gpt-oss-120b &
+gpt-oss-20b Model Card", 2025, Sec. 2.1):
+
+    p_j = exp(s_j) / (exp(sink_h) + sum_i exp(s_i)),    out = sum_j p_j v_j
+
+so a head can put weight on "nothing" and the weights of the real keys sum to less than 1.
+
+Queries are independent rows of this softmax, so a long call (prefill, training) runs in
+blocks of `block` queries (`SINK_QUERY_BLOCK`; a `lax.map` whose blocks are rematerialised):
+the fp32 scores then take `[B, K, G, block, S]` at a time instead of `[B, K, G, T, S]`.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from prd_jax.model.chunks import join_chunks, split_chunks
+
 Array = jax.Array
 TRAIN_QUERY_BLOCK = 128  # positions per query block
 MAX_BLOCK_GROUPS = 16  # groups of query blocks; a group of several blocks is one lax.scan
+PREFILL_QUERY_BLOCK = 1024  # queries per block of a prefill
+SINK_QUERY_BLOCK = 512  # queries per block of a long sink-attention call (ours)
 SAVED_NAMES = ("attn_out", "attn_lse")  # kept by the non-full remat policies
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # as jax.nn.dot_product_attention's
 
@@ -188,3 +213,88 @@ def _fused_bwd(block, max_groups, res, dout):
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def prefill_attention(q: Array, key: Array, val: Array, start: Array, scale: float,
+                      block: int = PREFILL_QUERY_BLOCK) -> Array:
+    """Causal attention of a left-padded prompt over its own keys, in query blocks.
+
+    q `[B, T, N, Dh]`, key/val `[B, T, K, Dh]`, `start [B]`: row b's first real token. Query t
+    sees keys `start[b] <= j <= t`. Scores are `[B, N, block, T]` per block (a `lax.map`), so
+    prefill memory grows with T * block, not T * T, nor with the generation slots.
+    """
+    t = q.shape[1]
+    keys = jnp.arange(t)[None, None, :]
+
+    def one(q_blk, first):
+        q_idx = first + jnp.arange(q_blk.shape[1])[None, :, None]
+        mask = (keys <= q_idx) & (keys >= start[:, None, None])  # [B, block, T]
+        return jax.nn.dot_product_attention(q_blk, key, val, mask=mask[:, None], scale=scale)
+
+    if t <= block:
+        return one(q, 0)
+    b, _, n, dh = q.shape
+    nb = -(-t // block)  # the last block is padded with queries past the prompt (sliced off)
+    q = jnp.pad(q, ((0, 0), (0, nb * block - t), (0, 0), (0, 0)))
+    blocks = q.reshape(b, nb, block, n, dh).swapaxes(0, 1)  # [T/block, B, block, N, Dh]
+    out = jax.lax.map(lambda xs: one(*xs), (blocks, jnp.arange(0, nb * block, block)))
+    return out.swapaxes(0, 1).reshape(b, nb * block, n, dh)[:, :t]
+
+
+def sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float,
+                   block: Optional[int] = None) -> Array:
+    """q `[B, T, N, Dh]` over key/val `[B, S, K, Dh]` under `mask [B, 1, T, S]` (bool), with
+    `sinks [N]`; scores in fp32, `block` (None: `SINK_QUERY_BLOCK`) queries at a time when
+    T > `block` (0: all at once). A query with no visible key returns zeros (all weight on the sink)."""
+    block = SINK_QUERY_BLOCK if block is None else block
+    t = q.shape[1]
+    if not block or t <= block:
+        return _dense_sink_attention(q, key, val, mask, sinks, scale)
+    qs = split_chunks(q, block)  # [n, B, block, N, Dh]
+    ms = split_chunks(mask[:, 0], block)[:, :, None]  # [n, B, 1, block, S]
+
+    @jax.checkpoint  # the backward recomputes a block's scores from its queries
+    def one(args):
+        qb, mb = args
+        return _dense_sink_attention(qb, key, val, mb, sinks, scale)
+
+    return join_chunks(jax.lax.map(one, (qs, ms)), t)
+
+
+def _dense_sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: Array, scale: float) -> Array:
+    """`sink_attention` in one piece: scores `[B, K, G, T, S]` (G = N / K query heads per kv head)."""
+    b, t, n, dh = q.shape
+    k = key.shape[2]
+    g = n // k
+    f32 = jnp.float32
+    s = jnp.einsum("btkgd,bskd->bkgts", q.reshape(b, t, k, g, dh), key, preferred_element_type=f32) * scale
+    s = jnp.where(mask[:, :, None], s, _MASKED)
+    sink = jnp.broadcast_to(sinks.astype(f32).reshape(1, k, g, 1, 1), (b, k, g, t, 1))
+    m = jax.lax.stop_gradient(jnp.maximum(jnp.max(s, axis=-1, keepdims=True), sink))
+    p = jnp.exp(s - m)
+    total = jnp.sum(p, axis=-1, keepdims=True) + jnp.exp(sink - m)
+    out = jnp.einsum("bkgts,bskd->btkgd", (p / total).astype(val.dtype), val, preferred_element_type=f32)
+    return out.reshape(b, t, n, dh).astype(q.dtype)
+
+
+def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float,
+                    sinks: Optional[Array] = None) -> Array:
+    """One query token per row over its cache (the decode step's attention), in fp32.
+
+    q `[B, K, G, Dh]` (G query heads per kv head), keys `[B, K, Dh, S]`, values `[B, K, S, Dh]`
+    (`decode.decode_cache` layout), `mask [B, S]` -> `[B, K, G, Dh]`. Written as broadcast products
+    reduced over Dh and then over S rather than as batched dots: with G = 3 query rows per kv
+    head the dots are B * K tiny matmuls, while XLA:CPU fuses the multiply-reduce into one
+    streaming pass over the cache (`benchmarks/decode_floor.py`; figures in
+    docs/results/2026-12-01-decode-profile.md).
+    `sinks [K*G]`: each head's sink logit joins the softmax denominator (`sink_attention`).
+    """
+    f32 = jnp.float32
+    scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
+    scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(f32).min)
+    if sinks is not None:
+        sink = jnp.broadcast_to(sinks.astype(f32).reshape(1, *scores.shape[1:3], 1), (*scores.shape[:3], 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+    else:
+        probs = jax.nn.softmax(scores, axis=-1)
+    return (probs[..., None] * cache_v.astype(f32)[:, :, None]).sum(axis=3)
