@@ -32,7 +32,7 @@ import numpy as np
 
 
 def compaction_row_steps(lengths, sizes, max_new: int) -> int:
-    """Decoded row-steps of the compacting loop (`sampling._decode_unrolled`) for these lengths."""
+    """Decoded row-steps of the compacting loop (`sampling.decode_loop`) for these lengths."""
     lengths = np.asarray(lengths)
     phase, total = 0, 0
     for t in range(max_new):

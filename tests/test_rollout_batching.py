@@ -12,7 +12,8 @@ from prd_jax.mesh import make_mesh
 from prd_jax.model.weights import param_shardings
 from prd_jax.model import forward, get_model_config, init_params
 from prd_jax.model.decode import decode_cache, decode_step, decode_weights, init_cache
-from prd_jax.sampling import Sampler, SamplingConfig, cache_windows, compaction_sizes, generate, prompt_widths
+from prd_jax.sampling import (Sampler, SamplingConfig, cache_windows, compact_rows, compaction_sizes, generate,
+                              prompt_widths)
 
 pytestmark = pytest.mark.slow  # sampler equivalences compile many programs each
 
@@ -56,14 +57,12 @@ def test_compaction_sizes_hand_computed():
 def test_compaction_keeps_each_shards_rows_hand_computed():
     """Shard-local compaction: each of the S contiguous row blocks keeps its own first
     size/S rows, live ones first in their order, so no row (or its cache) changes device."""
-    from prd_jax.sampling import _compact
-
     finished = jnp.asarray([False, True, False, True, True, True, False, True])
     live = dict(ids=jnp.arange(8), finished=finished, cache=jnp.arange(8.0)[:, None] * jnp.ones((8, 3)))
-    two = _compact(live, 4, 2)
+    two = compact_rows(live, 4, 2)
     np.testing.assert_array_equal(two["ids"], [0, 2, 6, 4])  # block 0: live 0, 2; block 1: live 6, then 4
     np.testing.assert_array_equal(two["cache"][:, 0], [0.0, 2.0, 6.0, 4.0])
-    one = _compact(live, 4, 1)  # one shard: the three live rows first, then the first finished one
+    one = compact_rows(live, 4, 1)  # one shard: the three live rows first, then the first finished one
     np.testing.assert_array_equal(one["ids"], [0, 2, 6, 1])
 
 

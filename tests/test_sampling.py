@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from prd_jax.model import forward, get_model_config, init_params
-from prd_jax.sampling import (Sampler, SamplingConfig, _chosen_logprob, blocked_argmax, blocked_categorical, bucket,
-                              choose_tokens, length_bucket, top_k_mask,
-                              top_p_mask)
+from prd_jax.sampling import (Sampler, SamplingConfig, blocked_argmax, blocked_categorical, bucket, choose_tokens,
+                              chosen_logprob, length_bucket, top_k_mask, top_p_mask)
 
 PROMPTS = [[5, 17, 33, 2, 9, 100, 41], [7, 8], [250, 3, 3, 3, 64]]
 
@@ -144,7 +143,7 @@ def test_blocked_argmax_and_logprob_equal_the_dense_ones():
     assert int(blocked_argmax(logits)[0]) == 3
     tok = jax.random.randint(jax.random.key(5), (64,), 0, 1000)
     dense = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tok[:, None], -1)[:, 0]
-    np.testing.assert_allclose(np.asarray(_chosen_logprob(logits, tok)), np.asarray(dense), atol=2e-6)
+    np.testing.assert_allclose(np.asarray(chosen_logprob(logits, tok)), np.asarray(dense), atol=2e-6)
 
 
 def test_top_k_mask_hand_computed():

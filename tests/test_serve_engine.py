@@ -140,22 +140,6 @@ def test_shift_row_moves_a_left_padded_prompt_to_slot_0():
     np.testing.assert_array_equal(narrow[0][..., :5], k[..., 3:])
 
 
-def test_row_filters_equal_the_samplers_masks():
-    from prd_jax.sampling import top_k_mask, top_p_mask
-
-    logits = jax.random.normal(jax.random.key(1), (4, 50)) * 3
-    logits = logits.at[2, :5].set(7.0)  # ties at the top
-    p, k = np.array([0.9, 1.0, 0.5, 0.3], np.float32), np.array([5, 0, 3, 0], np.int32)
-    got = S.row_filters(logits, p, k)
-    for r in range(4):
-        want = logits[r:r + 1]
-        if k[r]:
-            want = top_k_mask(want, int(k[r]))
-        if p[r] < 1:
-            want = top_p_mask(want, float(p[r]))
-        np.testing.assert_array_equal(np.asarray(got[r]), np.asarray(want[0]))
-
-
 def test_engine_settings_are_validated(tiny):
     cfg, params = tiny
     for kwargs, field in [(dict(max_rows=0), "max_rows"), (dict(prompt_buckets=(16, 8)), "prompt_buckets"),

@@ -31,35 +31,20 @@ import jax.numpy as jnp
 
 from prd_jax.model.config import ModelConfig
 from prd_jax.model.decoder import decode_cache, decode_step_groups, grow_decode_cache, init_cache, ring_windows
-from prd_jax.sampling import _chosen_logprob, blocked_argmax, blocked_categorical, prefill
+from prd_jax.sampling import RowSampling, choose_rows, chosen_logprob, prefill
 
 Array = jax.Array
 ROW_FIELDS = ("index", "start", "count", "limit", "active", "temperature", "top_p", "top_k", "min_tokens", "stops")
 MAX_TOP = 20  # the most top alternatives a position reports (vLLM's default max_logprobs)
 
 
-def row_filters(scaled: Array, top_p: Array, top_k: Array) -> Array:
-    """Per-row top-k then nucleus filter of `scaled [S, V]` (`sampling.top_k_mask` followed by
-    `sampling.top_p_mask`, with k and p per row; k = 0 and p = 1 leave a row unfiltered)."""
-    vocab = scaled.shape[-1]
-    ordered = -jnp.sort(-scaled, axis=-1)
-    k = jnp.clip(top_k, 1, vocab) - 1
-    kth = jnp.where(top_k > 0, jnp.take_along_axis(ordered, k[:, None], axis=-1)[:, 0], -jnp.inf)
-    ordered = jnp.where(ordered >= kth[:, None], ordered, -jnp.inf)
-    probs = jax.nn.softmax(ordered, axis=-1)
-    keep = ((jnp.cumsum(probs, axis=-1) - probs) < top_p[:, None]) | (top_p[:, None] >= 1.0)
-    threshold = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1)
-    return jnp.where(scaled >= jnp.maximum(kth, threshold)[:, None], scaled, -jnp.inf)
-
-
-def choose_rows(logits: Array, keys: Array, temperature: Array, top_p: Array, top_k: Array,
-                filtered: bool) -> Array:
-    """One token per row, each row at its own settings (`sampling.choose_tokens` per row):
-    temperature 0 is greedy; `filtered` (static) applies `row_filters`."""
-    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    if filtered:
-        scaled = row_filters(scaled, top_p, top_k)
-    return jnp.where(temperature > 0, blocked_categorical(keys, scaled), blocked_argmax(logits))
+def row_sampling(pool: dict, filtered: bool) -> RowSampling:
+    """The slots' draw settings for `sampling.choose_rows`: each row's temperature / top-p /
+    top-k (greedy and sampled rows mixed); `filtered` (static): some row filters by top-k or
+    top-p, so the chooser sorts the vocabulary."""
+    vocab = pool["logits"].shape[-1]
+    return RowSampling(pool["temperature"], pool["top_p"], pool["top_k"], top_k_bound=vocab if filtered else 0,
+                       no_top_p=not filtered)
 
 
 def suppress_stops(logits: Array, count: Array, min_tokens: Array, stops: Array) -> Array:
@@ -93,8 +78,8 @@ def decode_chunk(cfg: ModelConfig, weights, pool: dict, *, steps: int, pad_id: i
         p = dict(p, logits=suppress_stops(p["logits"], p["count"], p["min_tokens"], p["stops"]))
         active = p["active"]
         keys = jax.vmap(jax.random.fold_in)(p["keys"], p["count"])
-        tok = choose_rows(p["logits"], keys, p["temperature"], p["top_p"], p["top_k"], filtered)
-        lp = jnp.where(active, _chosen_logprob(p["logits"], tok), 0.0)
+        tok = choose_rows(p["logits"], keys, row_sampling(p, filtered))
+        lp = jnp.where(active, chosen_logprob(p["logits"], tok), 0.0)
         tok = jnp.where(active, tok, pad_id)
         tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, t, 1)
         logprobs = jax.lax.dynamic_update_index_in_dim(logprobs, lp, t, 1)
