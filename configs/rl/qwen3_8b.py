@@ -106,7 +106,7 @@ def get_config(arg=None):
         temperature=1.0, top_p=1.0,
         max_rows=MAX_ROWS[arg],  # decode rows in flight per sampler call
         # rollout lengths spread up to 16k: each call's decode batch halves (per batch shard) as rows
-        # finish, down to a quarter (sampling._decode_unrolled)
+        # finish, down to a quarter (sampling.decode_loop)
         compact_min_rows=MAX_ROWS[arg] // 4,
         # > 0: the first decode phase's cache grows this many slots at a time (sampling.cache_windows);
         # off here: the fit tables were compiled without it (docs/results/2026-12-01-rollout-throughput.md)
