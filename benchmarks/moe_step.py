@@ -57,6 +57,45 @@ def layer_params(e: int, d: int, f: int, dtype) -> dict:
             "down": normal(keys[4], (e, f, d), f), "down_bias": normal(keys[5], (e, d), 1)}
 
 
+def run(d: int, f: int, e: int, k: int, decode_batch: int, train_tokens: int, dtype: str = "float32",
+        repeats: int = 5, peak_n: int = 2048) -> dict:
+    """Time both dispatches at the decode and train shapes; prints the table, returns the record."""
+    if not 1 <= k <= e:
+        raise ValueError(f"top_k={k}; allowed: 1..experts={e}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_DTYPES)}")
+    jdtype = _DTYPES[dtype]
+    params = layer_params(e, d, f, jdtype)
+    peak = matmul_peak_flops(peak_n, jdtype, repeats)
+    useful_fwd = lambda n: 2 * n * k * (2 * d * f + f * d)  # noqa: E731
+
+    def forward(dispatch):
+        return jax.jit(lambda p, x: moe_tokens(x, p, k, 7.0, 1.702, dispatch)[0])
+
+    def train(dispatch):
+        def loss(p, x):
+            return jnp.sum(moe_tokens(x, p, k, 7.0, 1.702, dispatch)[0].astype(jnp.float32))
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+    record = {"hidden": d, "intermediate": f, "experts": e, "top_k": k, "dtype": dtype,
+              "backend": jax.default_backend(), "matmul_peak_gflops": peak / 1e9}
+    print(f"MoE layer D={d} F={f} E={e} top-{k} {dtype} on {jax.default_backend()}; "
+          f"matmul peak {peak / 1e9:.1f} GFLOP/s")
+    print(f"{'shape':<22}{'grouped ms':>12}{'dense ms':>10}{'dense/grouped':>15}{'util grouped':>14}{'util dense':>12}")
+    for shape, n, make, mult in (("decode", decode_batch, forward, 1), ("train fwd+bwd", train_tokens, train, 3)):
+        x = jax.random.normal(jax.random.key(3), (n, d)).astype(jdtype)
+        times = {disp: best_time(make(disp), params, x, repeats=repeats) for disp in ("grouped", "dense")}
+        flops = mult * useful_fwd(n)
+        util = {disp: flops / t / peak for disp, t in times.items()}
+        ratio = times["dense"] / times["grouped"]
+        print(f"{shape + f' N={n}':<22}{times['grouped'] * 1e3:>12.2f}{times['dense'] * 1e3:>10.2f}{ratio:>15.2f}"
+              f"{util['grouped']:>14.1%}{util['dense']:>12.1%}", flush=True)
+        record[shape.split()[0]] = {"tokens": n, "grouped_ms": times["grouped"] * 1e3,
+                                    "dense_ms": times["dense"] * 1e3, "dense_over_grouped": ratio,
+                                    "util_grouped": util["grouped"], "util_dense": util["dense"]}
+    return record
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", type=int, default=360)
@@ -71,36 +110,8 @@ def main():
     args = parser.parse_args()
     if not 1 <= args.top_k <= args.experts:
         parser.error(f"--top-k={args.top_k}; allowed: 1..--experts={args.experts}")
-    dtype = _DTYPES[args.dtype]
-    d, f, e, k = args.hidden, args.intermediate, args.experts, args.top_k
-    params = layer_params(e, d, f, dtype)
-    peak = matmul_peak_flops(args.peak_n, dtype, args.repeats)
-    useful_fwd = lambda n: 2 * n * k * (2 * d * f + f * d)  # noqa: E731
-
-    def forward(dispatch):
-        return jax.jit(lambda p, x: moe_tokens(x, p, k, 7.0, 1.702, dispatch)[0])
-
-    def train(dispatch):
-        def loss(p, x):
-            return jnp.sum(moe_tokens(x, p, k, 7.0, 1.702, dispatch)[0].astype(jnp.float32))
-        return jax.jit(jax.grad(loss, argnums=(0, 1)))
-
-    record = {"hidden": d, "intermediate": f, "experts": e, "top_k": k, "dtype": args.dtype,
-              "backend": jax.default_backend(), "matmul_peak_gflops": peak / 1e9}
-    print(f"MoE layer D={d} F={f} E={e} top-{k} {args.dtype} on {jax.default_backend()}; "
-          f"matmul peak {peak / 1e9:.1f} GFLOP/s")
-    print(f"{'shape':<22}{'grouped ms':>12}{'dense ms':>10}{'dense/grouped':>15}{'util grouped':>14}{'util dense':>12}")
-    for shape, n, make, mult in (("decode", args.decode_batch, forward, 1), ("train fwd+bwd", args.train_tokens, train, 3)):
-        x = jax.random.normal(jax.random.key(3), (n, d)).astype(dtype)
-        times = {disp: best_time(make(disp), params, x, repeats=args.repeats) for disp in ("grouped", "dense")}
-        flops = mult * useful_fwd(n)
-        util = {disp: flops / t / peak for disp, t in times.items()}
-        ratio = times["dense"] / times["grouped"]
-        print(f"{shape + f' N={n}':<22}{times['grouped'] * 1e3:>12.2f}{times['dense'] * 1e3:>10.2f}{ratio:>15.2f}"
-              f"{util['grouped']:>14.1%}{util['dense']:>12.1%}", flush=True)
-        record[shape.split()[0]] = {"tokens": n, "grouped_ms": times["grouped"] * 1e3,
-                                    "dense_ms": times["dense"] * 1e3, "dense_over_grouped": ratio,
-                                    "util_grouped": util["grouped"], "util_dense": util["dense"]}
+    record = run(args.hidden, args.intermediate, args.experts, args.top_k, args.decode_batch, args.train_tokens,
+                 args.dtype, args.repeats, args.peak_n)
     print(json.dumps(record))
 
 

@@ -69,18 +69,36 @@ def flops_per_token(cfg, context: int) -> float:
     return 2 * matmul_params + attention
 
 
+def decode_bytes_per_step(cfg, batch: int, context: int) -> float:
+    """HBM bytes one batched decode step must read at least: every weight once (the input
+    embedding table of an untied model only for the `batch` rows it looks up) and each row's
+    keys and values over `context` positions, in the config's dtypes."""
+    param_bytes = np.dtype(jnp.dtype(cfg.param_dtype)).itemsize
+    kv_bytes = np.dtype(jnp.dtype(cfg.dtype)).itemsize
+    weights = cfg.num_params()
+    if not cfg.tie_embeddings:
+        weights -= (cfg.vocab_size - batch) * cfg.hidden
+    kv = batch * context * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim
+    return float(weights * param_bytes + kv * kv_bytes)
+
+
 def ours_runner(model, prompt_ids, new_tokens: int, decode_layers: str = "unrolled"):
     """A compiled, warmed-up call of our sampler; returns a function timing one call (s)."""
+    return sampler_timer(model.cfg, model.params, model.tokenizer.pad_id, prompt_ids, new_tokens, decode_layers)
+
+
+def sampler_timer(cfg, params, pad_id: int, prompt_ids, new_tokens: int, decode_layers: str = "unrolled"):
+    """`ours_runner` for any config and params (greedy, no stop ids: every row gets `new_tokens`)."""
     from prd_jax.sampling import Sampler, SamplingConfig
 
-    sampler = Sampler(model.cfg, pad_id=model.tokenizer.pad_id)
+    sampler = Sampler(cfg, pad_id=pad_id)
     scfg = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, stop_ids=(), decode_layers=decode_layers)
-    out = sampler(model.params, prompt_ids, jax.random.key(0), scfg)  # compile + warm up
+    out = sampler(params, prompt_ids, jax.random.key(0), scfg)  # compile + warm up
     assert int(out.lengths.min()) == new_tokens, "every row must produce new_tokens tokens"
 
     def once() -> float:
         t = time.perf_counter()
-        sampler(model.params, prompt_ids, jax.random.key(0), scfg).tokens.block_until_ready()
+        sampler(params, prompt_ids, jax.random.key(0), scfg).tokens.block_until_ready()
         return time.perf_counter() - t
 
     return once
@@ -88,30 +106,54 @@ def ours_runner(model, prompt_ids, new_tokens: int, decode_layers: str = "unroll
 
 def hf_runner(gguf_path: str, prompt_ids, new_tokens: int, pad_id: int):
     """transformers `generate` on the same prompts (left-padded); returns a timing function."""
+    return hf_timer(hf_gguf_model(gguf_path), prompt_ids, new_tokens, pad_id)
+
+
+def hf_gguf_model(gguf_path: str, dtype: str = "float32", device: str = "cpu"):
+    """transformers' own import of the GGUF (its dequantisation, not ours), in eval mode."""
     import torch
     import transformers
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path), dtype=torch.float32)
-    model.eval()
+        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path), dtype=getattr(torch, dtype))
+    return model.to(device).eval()
+
+
+def left_padded(prompt_ids, pad_id: int, device: str = "cpu"):
+    """(ids, attention mask) torch tensors, left-padded as transformers expects for generation."""
+    import torch
+
     longest = max(len(p) for p in prompt_ids)
     ids = torch.full((len(prompt_ids), longest), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompt_ids):  # left padding, as transformers expects for generation
+    for i, p in enumerate(prompt_ids):
         ids[i, longest - len(p):] = torch.tensor(p)
         mask[i, longest - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def hf_timer(model, prompt_ids, new_tokens: int, pad_id: int):
+    """A warmed-up transformers `generate` (greedy, exactly `new_tokens` per row) on `model`'s
+    device; returns a function timing one call (s), synchronising the GPU if there is one."""
+    import torch
+
+    device = next(model.parameters()).device
+    ids, mask = left_padded(prompt_ids, pad_id, device)
     kwargs = dict(attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                   do_sample=False, pad_token_id=pad_id)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with torch.inference_mode():
         model.generate(ids, **dict(kwargs, max_new_tokens=4, min_new_tokens=4))  # warm up
 
     def once() -> float:
         with torch.inference_mode():
+            sync()
             t = time.perf_counter()
             out = model.generate(ids, **kwargs)
+            sync()
             elapsed = time.perf_counter() - t
-        assert out.shape[1] - longest == new_tokens
+        assert out.shape[1] - ids.shape[1] == new_tokens
         return elapsed
 
     return once
