@@ -1,15 +1,15 @@
 """The decoder layer's math, written once: pure functions over one layer's weights.
 
 Both the stacked forward (`decoder.Layer`, the `nn.scan` body used by training, scoring and
-prefill) and the unrolled decode step (`decoder.decode_step_groups`) run a layer through
+prefill) and the unrolled decode step (`decode.decode_step_groups`) run a layer through
 `decoder_layer`. They differ only where the caller passes a function in:
 
 - `matmul(x [..., in], w) -> [..., out]`: the weight layout. The stacked forward keeps the
   param tree's input-major `[in, out...]` matrices; the decode weights are output-major
-  `[out, in]`, with q/k/v and gate/up optionally fused (`decoder.decode_weights`).
+  `[out, in]`, with q/k/v and gate/up optionally fused (`decode.decode_weights`).
 - `attend(q, k, v, sinks) -> (out, state)`: the attention core, with its cache, mask and
-  kernel (`attention.causal_block_attention`, `decoder.prefill_attention`,
-  `decoder.cache_attention`, `sinks.sink_attention`). `state` is handed back untouched.
+  kernel (`attention.causal_block_attention`, `attention.prefill_attention`,
+  `attention.cache_attention`, `attention.sink_attention`). `state` is handed back untouched.
 - `lead`: the logical names of the leading axes, for the sharding constraints
   (`("batch", "length")` or `("batch",)`).
 
@@ -19,13 +19,13 @@ One layer's weights are a flat dict, the same keys on both paths:
     q, k, v   or  qkv               projections (layout: `matmul`'s)
     q_bias, k_bias, v_bias          [N, Dh], [K, Dh] (cfg.qkv_bias: Qwen2)
     q_norm, k_norm                  per-head RMSNorm scales [Dh] (cfg.qk_norm: Qwen3)
-    sinks                           [N] (cfg.attn_sinks: GPT-OSS, `prd_jax.model.sinks`)
+    sinks                           [N] (cfg.attn_sinks: GPT-OSS, `attention.sink_attention`)
     o, o_bias                       output projection from [N*Dh]; bias [D] (cfg.o_bias)
     gate, up  or  gate_up, down     SwiGLU feed-forward (dense families)
     moe                             expert params (cfg.is_moe: `prd_jax.model.moe`)
 
 A new model family changes the math here, and its weight names in `decoder.Layer`'s param
-declarations, `decoder.decode_weights` and `hf_names` (docs/extending.md, "A model family").
+declarations, `decode.decode_weights` and `hf_names` (docs/extending.md, "A model family").
 """
 
 from __future__ import annotations
