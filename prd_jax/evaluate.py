@@ -231,10 +231,23 @@ def difficulty_markdown(table: list) -> str:
 
 
 def _calls_rows(calls, i: int) -> list:
-    """The problem's calls; unused tournament slots (no tokens) are left out."""
-    return [{"name": name, "in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
-            for name, a, b, c in zip(calls.names, np.asarray(calls.in_tokens[i]), np.asarray(calls.out_tokens[i]),
-                                     np.asarray(calls.accepted[i])) if a or b]
+    """The problem's calls; unused tournament slots (no tokens) are left out. A judge call also
+    has `candidates` (the indices it rated: one pointwise, [A, B] pairwise) and their
+    `ratings` (1..10; `operators.budget`, docs/analysis.md)."""
+    out = []
+    for name, a, b, c, rated, ratings in zip(calls.names, np.asarray(calls.in_tokens[i]),
+                                             np.asarray(calls.out_tokens[i]), np.asarray(calls.accepted[i]),
+                                             np.asarray(calls.candidates[i]), np.asarray(calls.ratings[i])):
+        if not (a or b):
+            continue
+        row = {"name": name, "in_tokens": int(a), "out_tokens": int(b), "accepted": bool(c)}
+        slots = [s for s in range(len(rated)) if rated[s] >= 0]
+        if slots:
+            row["candidates"] = [int(rated[s]) for s in slots]
+            row["ratings"] = [None if np.isnan(ratings[s]) else
+                              int(ratings[s]) if float(ratings[s]).is_integer() else float(ratings[s]) for s in slots]
+        out.append(row)
+    return out
 
 
 def _k_max(spec) -> int:

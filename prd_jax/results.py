@@ -25,7 +25,8 @@ from prd_jax.evaluate import BUDGETS, summarize
 PathOrPaths = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 KEY = ("problem_id", "operator", "sample")
 CALL_FIELDS = ("name", "in_tokens", "out_tokens", "accepted")
-CALL_COLUMNS = ("workdir", "run_id", "model", "task", *KEY, "call", *CALL_FIELDS)
+RATING_FIELDS = ("candidate_a", "rating_a", "candidate_b", "rating_b")  # a judge call's `candidates` / `ratings`
+CALL_COLUMNS = ("workdir", "run_id", "model", "task", *KEY, "call", *CALL_FIELDS, *RATING_FIELDS)
 
 
 def _paths(paths: PathOrPaths) -> list:
@@ -86,14 +87,31 @@ def load_calls(paths: PathOrPaths, *, latest: bool = True) -> pd.DataFrame:
     (`workdir`, `run_id`, `model`, `task`, `problem_id`, `operator`, `sample`), `call` (its
     index within the row: drafts, distill, refine, judge in the order the operator made
     them) and the call's `name`, `in_tokens`, `out_tokens` and `accepted` (on the accepted
-    path: counts toward B_seq)."""
+    path: counts toward B_seq). A judge call's rated candidates and its 1..10 ratings fill
+    `candidate_a` / `rating_a` (a pointwise `rating` call, or a pairwise `judge` call's
+    candidate A) and `candidate_b` / `rating_b` (candidate B); other calls hold <NA> / NaN."""
     records = []
     for path in _paths(paths):
         for r in read_rows(path, latest):
             head = {c: r.get(c) for c in CALL_COLUMNS[:7]}
             for i, call in enumerate(r.get("calls") or ()):
-                records.append({**head, "call": i, **{f: call.get(f) for f in CALL_FIELDS}})
-    return pd.DataFrame.from_records(records, columns=list(CALL_COLUMNS))
+                records.append({**head, "call": i, **{f: call.get(f) for f in CALL_FIELDS}, **_rated(call)})
+    frame = pd.DataFrame.from_records(records, columns=list(CALL_COLUMNS))
+    for side in ("a", "b"):
+        frame[f"candidate_{side}"] = frame[f"candidate_{side}"].astype("Int64")
+        frame[f"rating_{side}"] = frame[f"rating_{side}"].astype(float)
+    return frame
+
+
+def _rated(call: dict) -> dict:
+    """A call record's `candidates` / `ratings` lists as the `RATING_FIELDS` columns."""
+    cands, ratings = call.get("candidates") or [], call.get("ratings") or []
+    out = {}
+    for s, side in enumerate(("a", "b")):
+        out[f"candidate_{side}"] = cands[s] if s < len(cands) else None
+        rating = ratings[s] if s < len(ratings) else None
+        out[f"rating_{side}"] = math.nan if rating is None else float(rating)
+    return out
 
 
 # ----------------------------------------------------------------------------- comparing runs

@@ -127,6 +127,12 @@ def _check_accuracy(printed: str, workdirs: dict) -> None:
             assert abs(got - want) <= 1e-3, (key, got, want)
 
 
+def _verdict(call: dict) -> str:
+    """How the notebook's call tree shows a judge call's ratings (`c2=7`; pairwise `c0 7:4 c3`)."""
+    (a, *b), (ra, *rb) = call["candidates"], call["ratings"]
+    return f"c{a}={ra:g}" if not b else f"c{a} {ra:g}:{rb[0]:g} c{b[0]}"
+
+
 @pytest.mark.slow
 def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
     workdir = demo_workdir[0]
@@ -154,6 +160,10 @@ def test_notebook_runs_on_the_demo_workdir(demo_workdir, monkeypatch):
             block = printed.split(r["operator"] + "\n", 1)[1].split("\n\n", 1)[0]
             assert f"B_seq={r['b_seq']}  B_total={r['b_total']}" in block
             assert [line.split("  ")[1].split(" ", 1)[1] for line in block.splitlines()[1:]] == tree, block
+            for line, name in zip(block.splitlines()[1:], dict.fromkeys(names)):  # judges' ratings, as stored
+                shown = [_verdict(c) for c in r["calls"] if c["name"] == name and "ratings" in c]
+                assert line.endswith(f"  ratings {', '.join(shown)}") if shown else "ratings" not in line, line
+    assert re.search(r"judge x\d+ .*  ratings c\d \d+:\d+ c\d", printed)  # best-of-N's V1 tournament
     assert re.search(r"^checkpoint rl_baseline step 1 \(llama, CharVocab, [\d,]+ params\)$", printed, re.M)
     assert "greedy answer: " in printed and "graded by preimage -> {'answer'" in printed
     assert workdir not in json.dumps(nb)  # names relative to the folder given

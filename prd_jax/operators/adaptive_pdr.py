@@ -203,7 +203,7 @@ def _mu_signal(lm, problems, cand_t, cand_l, ran, key, spec, ctx):
     """V1 tournament (pairwise_v1) over each problem's drafts that ran (a problem with none
     makes no call). Returns (scores [B, W]: mu, -1 where not run; agreement [B]: mu gap
     of the top two; judge in / out [B, T*Wj]; accepted [B, T*Wj]: each batch's longest call;
-    unparsed [B])."""
+    the draft slots each call rated and its ratings [B, T*Wj, 2] (slot A, slot B); unparsed [B])."""
     b, w, _ = cand_t.shape
     judge = spec.judge
     counts = jnp.sum(ran, axis=1).astype(jnp.int32)
@@ -250,8 +250,10 @@ def _mu_signal(lm, problems, cand_t, cand_l, ran, key, spec, ctx):
     gap = jnp.where(counts >= 2, top2[:, 0] - jnp.maximum(top2[:, 1], 0.0), 1.0)
     longest = jnp.argmax(log_out, axis=2)
     accepted = (jnp.arange(wj)[None, None, :] == longest[:, :, None]) & (hc[:, :, None] > 0)
+    slots = jnp.take_along_axis(perm, jnp.maximum(hp, 0).reshape(b, -1), axis=1).reshape(hp.shape)
+    rated = jnp.where(hp >= 0, slots, -1)  # the host judged drafts 0..n-1 in `perm` order: back to slots
     return (jnp.where(ran, mu, -1.0), gap, log_in.reshape(b, -1), log_out.reshape(b, -1),
-            accepted.reshape(b, -1), unparsed)
+            accepted.reshape(b, -1), rated.reshape(b, -1, 2), hr.reshape(b, -1, 2), unparsed)
 
 
 def _quoted(cand_t, cand_l, spec, ctx):
@@ -282,8 +284,9 @@ def _signal(lm, problems, cand_t, cand_l, ran, key, spec, ctx):
     if spec.signal == "majority":
         scores, agree = _majority_signal(cand_t, cand_l, ran, ctx)
         return scores, agree, None, jnp.zeros(ran.shape[:1], jnp.int32)
-    scores, agree, j_in, j_out, j_acc, unparsed = _mu_signal(lm, problems, cand_t, cand_l, ran, key, spec, ctx)
-    return scores, agree, (j_in, j_out, j_acc), unparsed
+    scores, agree, j_in, j_out, j_acc, rated, ratings, unparsed = _mu_signal(lm, problems, cand_t, cand_l, ran, key,
+                                                                             spec, ctx)
+    return scores, agree, (j_in, j_out, j_acc, rated, ratings), unparsed
 
 
 @register_operator("adaptive_pdr", spec=AdaptivePDR)
@@ -359,8 +362,8 @@ def _call_log(waves: list, answer: Array, refine: tuple, b: int) -> CallLog:
         accepted = has[:, None] & (jnp.arange(w_in.shape[1])[None, :] == pick[:, None])
         groups.append(group(w_in, w_out, accepted, "draft"))
         if judged is not None:
-            j_in, j_out, j_acc = judged
-            groups.append(group(j_in, j_out, j_acc & has[:, None], "judge"))
+            j_in, j_out, j_acc, rated, ratings = judged  # rated: draft slots (budget.py)
+            groups.append(group(j_in, j_out, j_acc & has[:, None], "judge", rated, ratings))
     r_in, r_out, live = refine
     groups.append(group(r_in, r_out, live[:, None], "refine"))
     return CallLog.from_groups(groups)

@@ -19,11 +19,18 @@ as a latency proxy we count them on the path by default (`b_seq`: the accepted c
 rating call, a tournament batch's longest call). The other reading, B_seq over the
 generation calls alone (drafts, refines, summaries; `JUDGE_CALLS` left out), is kept beside
 it as `b_seq_no_judge`, so both can be plotted.
+
+Judge ratings. A selector's rating / judge call also records what it rated: `candidates`
+`[B, M, 2]` (indices into the candidates the selector scored, i.e. the calls of the round
+it ranks; -1 where none) and `ratings` `[B, M, 2]` (the 1..10 ratings the judge gave them,
+parsed or forced, `judges.py`; NaN where none). A pointwise rating call fills slot 0; a
+pairwise judge call fills slot 0 with candidate A and slot 1 with candidate B, as sent.
+Generation calls and a tournament's unused slots hold -1 / NaN.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import flax
 import jax
@@ -31,25 +38,33 @@ import jax.numpy as jnp
 
 Array = jax.Array
 JUDGE_CALLS = ("rating", "judge")  # call names of a selector's rating / pairwise-judge calls (`verify.py`)
+SLOTS = 2  # rated candidates per call: pointwise fills slot 0, pairwise slots 0 (A) and 1 (B)
 
 
 @flax.struct.dataclass
 class CallGroup:
-    """`M` parallel calls per problem: token counts `[B, M]` and the accepted mask."""
+    """`M` parallel calls per problem: token counts `[B, M]`, the accepted mask, and for judge
+    calls the rated `candidates` / their `ratings` `[B, M, 2]` (None: the group rates nothing)."""
 
     in_tokens: Array
     out_tokens: Array
     accepted: Array
+    candidates: Optional[Array] = None
+    ratings: Optional[Array] = None
     name: str = flax.struct.field(pytree_node=False, default="call")
 
 
 @flax.struct.dataclass
 class CallLog:
-    """All calls of an operator run, flattened to `[B, C]`; `names` has one entry per call."""
+    """All calls of an operator run, flattened to `[B, C]`; `names` has one entry per call;
+    `candidates` (int32, -1: none) and `ratings` (float32, NaN: none) `[B, C, 2]` hold what
+    judge calls rated (module docstring)."""
 
     in_tokens: Array
     out_tokens: Array
     accepted: Array
+    candidates: Array
+    ratings: Array
     names: tuple = flax.struct.field(pytree_node=False, default=())
 
     @property
@@ -86,8 +101,13 @@ class CallLog:
     def from_groups(cls, groups: List[CallGroup]) -> "CallLog":
         names = tuple(n for g in groups for n in [g.name] * g.in_tokens.shape[1])
         cat = lambda f: jnp.concatenate([getattr(g, f) for g in groups], axis=1)
+        shape = lambda g: g.in_tokens.shape + (SLOTS,)
+        cands = jnp.concatenate([jnp.full(shape(g), -1, jnp.int32) if g.candidates is None
+                                 else g.candidates.astype(jnp.int32) for g in groups], axis=1)
+        ratings = jnp.concatenate([jnp.full(shape(g), jnp.nan, jnp.float32) if g.ratings is None
+                                   else g.ratings.astype(jnp.float32) for g in groups], axis=1)
         return cls(cat("in_tokens").astype(jnp.int32), cat("out_tokens").astype(jnp.int32),
-                   cat("accepted").astype(bool), names)
+                   cat("accepted").astype(bool), cands, ratings, names)
 
 
 def one_hot_accepted(index: Array, width: int) -> Array:
@@ -95,6 +115,26 @@ def one_hot_accepted(index: Array, width: int) -> Array:
     return jnp.arange(width)[None, :] == index[:, None]
 
 
-def group(in_tokens, out_tokens, accepted, name: str) -> CallGroup:
-    return CallGroup(jnp.asarray(in_tokens, jnp.int32), jnp.asarray(out_tokens, jnp.int32),
-                     jnp.asarray(accepted, bool), name)
+def group(in_tokens, out_tokens, accepted, name: str, candidates=None, ratings=None) -> CallGroup:
+    """A CallGroup; `candidates` / `ratings` `[B, M, 2]` for judge calls (module docstring).
+    A judge call that did not run (no tokens) keeps -1 / NaN."""
+    in_tokens, out_tokens = jnp.asarray(in_tokens, jnp.int32), jnp.asarray(out_tokens, jnp.int32)
+    if (candidates is None) != (ratings is None):
+        raise ValueError(f"call group {name!r}: give both candidates and ratings, or neither")
+    if candidates is not None:
+        ran = ((in_tokens > 0) | (out_tokens > 0))[..., None]
+        want = in_tokens.shape + (SLOTS,)
+        if candidates.shape != want or ratings.shape != want:
+            raise ValueError(f"call group {name!r}: candidates {candidates.shape} and ratings {ratings.shape} "
+                             f"must both be {want} ([B, M, {SLOTS}])")
+        candidates = jnp.where(ran & (candidates >= 0), candidates, -1).astype(jnp.int32)
+        ratings = jnp.where(candidates >= 0, ratings, jnp.nan).astype(jnp.float32)
+    return CallGroup(in_tokens, out_tokens, jnp.asarray(accepted, bool), candidates, ratings, name)
+
+
+def pointwise_slots(ratings: Array) -> tuple:
+    """(candidates, ratings) `[B, N, 2]` of N pointwise rating calls, call j rating candidate
+    j with `ratings[b, j]` (slot 1 empty)."""
+    b, n = ratings.shape
+    cands = jnp.stack([jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), jnp.full((b, n), -1, jnp.int32)], 2)
+    return cands, jnp.stack([ratings.astype(jnp.float32), jnp.full((b, n), jnp.nan, jnp.float32)], 2)

@@ -213,7 +213,8 @@ def problem_rows(problems, per: int) -> list:
 class ExtraCalls:
     """Non-generation calls tied to a round: a summary (`before` the round's calls, all
     accepted) or judge calls on the round's candidates (`accepted` None: the call of the
-    accepted candidate; else an explicit mask `[B, W]`)."""
+    accepted candidate; else an explicit mask `[B, W]`). Judge calls carry the `candidates`
+    they rated and their `ratings` `[B, W, 2]` (`budget.py`)."""
 
     round: int
     name: str
@@ -221,6 +222,8 @@ class ExtraCalls:
     out_tokens: Array
     accepted: Optional[Array] = None
     before: bool = False
+    candidates: Optional[Array] = None
+    ratings: Optional[Array] = None
 
 
 def path_calls(gen: list, parents: list, extra: List[ExtraCalls], final_index: Array) -> CallLog:
@@ -250,5 +253,5 @@ def path_calls(gen: list, parents: list, extra: List[ExtraCalls], final_index: A
             if not e.before:
                 acc = (one_hot_accepted(accepted_idx[r - 1], e.in_tokens.shape[1])
                        if e.accepted is None else e.accepted)
-                groups.append(group(e.in_tokens, e.out_tokens, acc, e.name))
+                groups.append(group(e.in_tokens, e.out_tokens, acc, e.name, e.candidates, e.ratings))
     return CallLog.from_groups(groups)

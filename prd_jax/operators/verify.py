@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prd_jax.operators import judges, tournament
+from prd_jax.operators.budget import pointwise_slots
 from prd_jax.operators.calls import ExtraCalls, fill, per_sample, problem_rows, rows, single
 from prd_jax.operators.specs import SELECTORS
 
@@ -78,7 +79,9 @@ def pointwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec) -> Selection:
                 {"problem": problem_rows(problems, n), "candidate": [(tok.reshape(b * n, -1), lens.reshape(-1))]})
     r = judges.rate(lm, segs, per_sample(key, n), ctx, judge, "pointwise")
     scores = r.rating[:, 0].reshape(b, n)
-    calls = [ExtraCalls(0, "rating", r.in_tokens.reshape(b, n), r.out_tokens.reshape(b, n))]
+    rated, ratings = pointwise_slots(scores)  # call j rated candidate j
+    calls = [ExtraCalls(0, "rating", r.in_tokens.reshape(b, n), r.out_tokens.reshape(b, n),
+                        candidates=rated, ratings=ratings)]
     return Selection(scores, jnp.ones((b, n), bool), calls, r.forced.reshape(b, n).sum(1).astype(jnp.int32))
 
 
@@ -194,7 +197,8 @@ def pairwise(lm, problems, cand_t, cand_l, key, judge, ctx, spec, method: str) -
     _, _, mu = jax.pure_callback(host, shapes, seeds, hp, hr, hc, t)
     longest = jnp.argmax(log_out, axis=2)  # [B, T]: the batch's latency-bound call (most generated)
     accepted = (jnp.arange(w)[None, None, :] == longest[:, :, None]) & (hc[:, :, None] > 0)
-    calls = [ExtraCalls(0, "judge", log_in.reshape(b, -1), log_out.reshape(b, -1), accepted.reshape(b, -1))]
+    calls = [ExtraCalls(0, "judge", log_in.reshape(b, -1), log_out.reshape(b, -1), accepted.reshape(b, -1),
+                        candidates=hp.reshape(b, -1, 2), ratings=hr.reshape(b, -1, 2))]  # slot A, slot B
     return Selection(mu, jnp.ones((b, n), bool), calls, unparsed)
 
 
