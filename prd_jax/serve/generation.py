@@ -126,8 +126,8 @@ class Job:
         finally:
             gone.cancel()
         if not rows.done():
-            self.cancel()
-            rows.cancel()
+            self.cancel()  # the engine cancels the rows' futures; the gather ends cancelled
+            rows.add_done_callback(lambda f: f.cancelled() or f.exception())
             return None
         outs: List[Decoded] = rows.result()
         generated = sum(len(o.ids) for o in outs)

@@ -8,7 +8,8 @@ names the field. Honoured beyond the basics, as vLLM takes them: `stream` with
 `stream_options.include_usage`; `stop` strings (checked at every decode chunk, `serve.text`);
 `stop_token_ids`, `ignore_eos`, `min_tokens`; `logprobs` / `top_logprobs` (up to 20
 alternatives at every position); `return_token_ids`, `return_tokens_as_token_ids`,
-`chat_template_kwargs`, `continue_final_message`; `user` is accepted and has no effect.
+`chat_template_kwargs`, `continue_final_message`, `add_generation_prompt`; `user` is
+accepted and has no effect.
 `openapi()` is the OpenAPI document served at `/openapi.json`.
 """
 
@@ -101,6 +102,7 @@ class ChatRequest(_Request):
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP)
     chat_template_kwargs: Optional[Dict[str, Any]] = None
     continue_final_message: bool = False
+    add_generation_prompt: Optional[bool] = None  # default: not with continue_final_message
     tools: Optional[List[Any]] = None
     tool_choice: Optional[Any] = None
     functions: Optional[List[Any]] = None
@@ -207,9 +209,13 @@ def chat_prompt(req: ChatRequest, tokenizer) -> List[int]:
         if clean[-1]["role"] != "assistant":
             raise RequestError(400, "continue_final_message needs the last message to be the assistant's",
                                "continue_final_message")
+        if req.add_generation_prompt:
+            raise RequestError(400, "add_generation_prompt and continue_final_message cannot both be true",
+                               "add_generation_prompt")
         text = tokenizer.apply_chat_template(clean[:-1], True, **kwargs) + clean[-1]["content"]
     else:
-        text = tokenizer.apply_chat_template(clean, True, **kwargs)
+        add = req.add_generation_prompt is not False
+        text = tokenizer.apply_chat_template(clean, add, **kwargs)
     return tokenizer.encode(text)
 
 
