@@ -60,7 +60,8 @@ class Context:
 
 @flax.struct.dataclass
 class OperatorResult:
-    """Final completions, every call's budget record, the final call's workspace (left-padded,
+    """Final completions, every call's budget record (`calls`, with the candidates each judge
+    call rated and its ratings: `budget.py`), the final call's workspace (left-padded,
     `workspace_lengths` valid tokens at the end), and the number of judge calls whose rating
     tags did not parse and were forced (`judges.py`)."""
 
