@@ -18,6 +18,7 @@ from prd_jax.backends.config import BackendConfig
 from prd_jax.config_schema import KINDS, REQUIRED, Field, dataclass_fields, kind_of, value_at
 from prd_jax.eval_config import EvalConfig
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
+from prd_jax.operators.call_budget import CallBudget, budget_names
 from prd_jax.operators.registry import get_operator
 from prd_jax.sampling import CONFIG_KEYS, Sampling
 from prd_jax.train.config import TrainConfig
@@ -51,7 +52,9 @@ def _train_fields(config) -> dict:
             spec = None  # an unknown type: RLConfig's validation names the operators allowed
         if spec is not None:
             out["rl.operator.type"] = Field(str, "pdr", "RLConfig.operator")
-            out.update(dataclass_fields(spec, "rl.operator."))
+            out.update(dataclass_fields(spec, "rl.operator.", skip=("budget",)))
+            # the call budget's fields flat, as configs write them (rl.operator.max_new_tokens)
+            out.update(dataclass_fields(CallBudget, "rl.operator.", keep=budget_names(spec)))
     return out
 
 

@@ -23,7 +23,7 @@ from prd_jax.operators.assembly import assemble
 from prd_jax.operators.calls import call, fill, fold, path_calls, problem_rows, single
 from prd_jax.operators.core import make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import OperatorSpec, labelled
+from prd_jax.operators.specs import CallBudget, OperatorSpec, flat_budget, labelled
 
 # The operator's own prompt, one per template set it runs with.
 for set_name, text in {
@@ -37,25 +37,22 @@ for set_name, text in {
     prompts.add_template(set_name, prompts.Template("sc_refine", text))
 
 
+@flat_budget()
 @dataclasses.dataclass(frozen=True)
 class SCRefine(OperatorSpec):
-    """Settings of self-consistency-then-refine (this module's docstring)."""
+    """Settings of self-consistency-then-refine (this module's docstring). The call budget
+    (`max_new_tokens`, candidate truncation, ...) is the library's `CallBudget`, validated
+    there; `flat_budget()` lets the constructor take its fields flat, as a config gives them
+    (`dict(type="sc_refine", n=4, max_new_tokens=64)`)."""
 
     n: int = 4
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
-    quote_thinking: bool = False
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve", "sc_refine")
 
     def __post_init__(self):
-        for name in ("n", "max_new_tokens", "candidate_max_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SCRefine.{name}={getattr(self, name)}; must be >= 1")
-        if not 0 <= self.truncation_head <= self.candidate_max_tokens:
-            raise ValueError(f"SCRefine.truncation_head={self.truncation_head}; allowed: "
-                             f"0..candidate_max_tokens={self.candidate_max_tokens}")
+        if self.n < 1:
+            raise ValueError(f"SCRefine.n={self.n}; must be >= 1")
 
     def round_sizes(self) -> tuple:
         return (self.n, 1)  # round 0: n drafts; round 1: one refine (operator RL trains it)
@@ -71,14 +68,14 @@ def sc_refine(lm, problems, keys, spec: SCRefine, ctx):
     b, n = problems.tokens.shape[0], spec.n
     problem = problem_rows(problems, 1)
     draft = call(lm, fill(ctx.templates["solve"], b, {"problem": problem}), fold(keys, 1), ctx,
-                 spec.max_new_tokens, n, "sc_refine.sample")
+                 spec.budget.max_new_tokens, n, "sc_refine.sample", spec.budget.think_budget)
     cand_t, cand_l = draft.tokens.reshape(b, n, -1), draft.lengths.reshape(b, n)
     best = jnp.argmax(verify.majority(cand_t, cand_l, ctx).scores, axis=1)  # [B], ties to the lowest index
     top_t = jnp.take_along_axis(cand_t, best[:, None, None], axis=1)[:, 0]
     top_l = jnp.take_along_axis(cand_l, best[:, None], axis=1)[:, 0]
     seg, cut = single(top_t, top_l, spec, ctx)
     refine = call(lm, fill(ctx.templates["sc_refine"], b, {"problem": problem, "previous": [seg]}),
-                  fold(keys, 2), ctx, spec.max_new_tokens, 1, "sc_refine.refine")
+                  fold(keys, 2), ctx, spec.budget.max_new_tokens, 1, "sc_refine.refine", spec.budget.think_budget)
     calls = path_calls([(draft.in_tokens.reshape(b, n), cand_l, "draft"),
                         (refine.in_tokens[:, None], refine.lengths[:, None], "refine")],
                        [None, best[:, None]], [], jnp.zeros((b,), jnp.int32))

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer as RustTokenizer
 
 from prd_jax.model.config import get_model_config
 from prd_jax.model.tokenizer import Tokenizer, for_model
+from prd_jax.operators.call_budget import CallBudget
 from prd_jax.operators.calls import quotable, strip_thinking
 from prd_jax.operators.runner import encode_problems, make_context, run_operator, thinking_marker
 from prd_jax.operators.sr import SR
@@ -110,7 +111,7 @@ def rows_of(texts, end=()):
 def test_analysis_and_final_are_stripped_to_the_final_text_and_no_final_is_kept_whole():
     ctx = types.SimpleNamespace(sampling=Sampling(stop_ids=TOK.stop_ids), think_end=thinking_marker(TOK)[0],
                                 think_skip=thinking_marker(TOK)[1])
-    spec = types.SimpleNamespace(quote_thinking=False)
+    spec = types.SimpleNamespace(budget=CallBudget(quote_thinking=False))
     tok, length = rows_of([BOTH, ANALYSIS_ONLY, "plain", BOTH + "<|end|><|start|>assistant" + HEADER + " again"],
                           end=[ids("<|return|>")])
     out, n = jax.jit(lambda t, l: quotable(t, l, spec, ctx))(tok, length)
@@ -118,7 +119,8 @@ def test_analysis_and_final_are_stripped_to_the_final_text_and_no_final_is_kept_
     # the stop is dropped; an unopened final channel is kept as an unclosed </think> block is;
     # two final messages: the text after the last header (as for the last </think>)
     assert got == ["answer 4", ANALYSIS_ONLY, "plain", "again"]
-    whole, n_whole = jax.jit(lambda t, l: quotable(t, l, types.SimpleNamespace(quote_thinking=True), ctx))(tok, length)
+    full = types.SimpleNamespace(budget=CallBudget(quote_thinking=True))
+    whole, n_whole = jax.jit(lambda t, l: quotable(t, l, full, ctx))(tok, length)
     assert TOK.decode(np.asarray(whole[0, :int(n_whole[0])]).tolist(), skip_special=False) == BOTH
 
 

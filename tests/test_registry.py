@@ -18,6 +18,7 @@ from prd_jax import prompts as P
 from prd_jax.config_io import load_config
 from prd_jax.operators import registry, specs as S
 from prd_jax.operators.best_of_n import BestOfN
+from prd_jax.operators.call_budget import settings
 from prd_jax.operators.long_cot import LongCoT
 from prd_jax.operators.pdr import PDR
 from prd_jax.operators.rsa import RSA
@@ -225,19 +226,18 @@ def test_every_registered_spec_class_is_covered():
 def test_changing_any_field_changes_the_label(cls):
     changed = 0
     for base in BASES[cls]:
-        for field in dataclasses.fields(base):
-            value = getattr(base, field.name)
-            others = _other(value, field.name, base)
+        for name, value, _ in settings(base):  # the call budget's fields flat
+            others = _other(value, name, base)
             for other in (others if isinstance(others, list) else [others]):
                 try:
-                    spec = dataclasses.replace(base, **{field.name: other})
+                    spec = dataclasses.replace(base, **{name: other})
                 except ValueError:  # not a valid combination with this base
                     continue
-                assert spec.label != base.label, (cls.__name__, field.name, base.label)
+                assert spec.label != base.label, (cls.__name__, name, base.label)
                 changed += 1
         for sub in ("d_min", "window", "tau", "both_orders", "max_new_tokens", "domain"):
             if hasattr(base, "judge"):
                 new = {"domain": "code", "both_orders": True, "tau": 0.3}.get(sub) or getattr(base.judge, sub) + 1
                 spec = dataclasses.replace(base, judge=dataclasses.replace(base.judge, **{sub: new}))
                 assert spec.label != base.label, (cls.__name__, "judge." + sub, base.label)
-    assert changed >= len(dataclasses.fields(cls))
+    assert changed >= len(settings(cls()))

@@ -80,7 +80,7 @@ def test_bad_think_budgets_are_refused_by_name():
         sampling.SamplingConfig(8, think_budget=3)
     with pytest.raises(ValueError, match="leaves no answer tokens"):
         sampling.SamplingConfig(8, think_budget=7, think_end=(5,))
-    with pytest.raises(ValueError, match=r"LongCoT.think_budget=64; allowed: 0 .* or 1..63"):
+    with pytest.raises(ValueError, match=r"LongCoT: CallBudget.think_budget=64; allowed: 0 .* or 1..63"):
         LongCoT(max_new_tokens=64, think_budget=64)
     with pytest.raises(ValueError, match="Judge.think_budget"):
         Judge(max_new_tokens=8, think_budget=9)

@@ -31,6 +31,7 @@ from prd_jax.mesh import batch_size_multiple
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.decoder import param_shapes
 from prd_jax.model.weights import param_shardings
+from prd_jax.operators.call_budget import settings
 from prd_jax.operators.core import Problems
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.registry import operator_for
@@ -270,15 +271,14 @@ def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
 
 
 def largest_budgets(specs: list) -> list:
-    """One spec per group of specs equal in every field but `max_new_tokens`: the largest.
+    """One spec per group of specs equal in every setting but `budget.max_new_tokens`: the largest.
 
     Within a group every call has the same prompt shapes and only a longer generation
     (cache capacity, token buffers) at a larger budget, so the largest bounds the others."""
     best: dict = {}
     for spec in specs:
-        key = (type(spec),) + tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
-                                    if f.name != "max_new_tokens")
-        if key not in best or spec.max_new_tokens > best[key].max_new_tokens:
+        key = (type(spec),) + tuple((name, value) for name, value, _ in settings(spec) if name != "max_new_tokens")
+        if key not in best or spec.budget.max_new_tokens > best[key].budget.max_new_tokens:
             best[key] = spec
     return list(best.values())
 

@@ -54,13 +54,15 @@ from prd_jax.operators.calls import (billed, candidate_list, fill, fold, per_sam
                                      single, width)
 from prd_jax.operators.core import make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import Judge, OperatorSpec, as_judge, check_bool, check_think, check_truncation, labelled
+from prd_jax.operators.specs import CallBudget, Judge, OperatorSpec, as_judge, flat_budget, labelled
 
 Array = jax.Array
 SIGNALS = ("majority", "v1_mu")
 UNLIMITED = 2 ** 30  # calls left when there is no cap
 
 
+@flat_budget("waves", "min_fanout", "max_fanout", "tau", "cap", "signal", "k", "max_new_tokens", "candidate_max_tokens",
+             "truncation_head", "judge", "quote_thinking", "think_budget")
 @dataclasses.dataclass(frozen=True)
 class AdaptivePDR(OperatorSpec):
     """Settings of uncertainty-adaptive PDR (module docstring).
@@ -78,18 +80,13 @@ class AdaptivePDR(OperatorSpec):
     cap: int = 0
     signal: str = "majority"
     k: int = 2
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
     judge: Judge = Judge()
-    quote_thinking: bool = False
-    think_budget: int = 0
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve", "pdr_topk", "pairwise")
 
     def __post_init__(self):
-        for name, low in (("waves", 1), ("min_fanout", 1), ("k", 1), ("max_new_tokens", 1),
-                          ("candidate_max_tokens", 1)):
+        for name, low in (("waves", 1), ("min_fanout", 1), ("k", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"AdaptivePDR.{name}={value!r}; must be an int >= {low}")
@@ -106,15 +103,12 @@ class AdaptivePDR(OperatorSpec):
         if self.k > self.min_fanout:
             raise ValueError(f"AdaptivePDR.k={self.k} exceeds min_fanout={self.min_fanout}; need k <= min_fanout "
                              "(a problem has at least min_fanout drafts)")
-        least = (self.min_fanout + 1) * self.max_new_tokens
+        least = (self.min_fanout + 1) * self.budget.max_new_tokens
         if isinstance(self.cap, bool) or not isinstance(self.cap, (int, np.integer)) or (self.cap != 0 and
                                                                                           self.cap < least):
             raise ValueError(f"AdaptivePDR.cap={self.cap!r}; allowed: 0 (no cap) or an int >= (min_fanout + 1) x "
                              f"max_new_tokens = {least} (wave 1 and one refine per problem)")
-        check_think(self, "think_budget", self.max_new_tokens)
-        check_truncation(self)
         object.__setattr__(self, "judge", as_judge(self.judge))
-        check_bool(self, "quote_thinking")
 
     @property
     def drafts(self) -> int:
@@ -133,7 +127,7 @@ class AdaptivePDR(OperatorSpec):
         judged = f"[{self.judge.label}]" if self.signal == "v1_mu" else ""
         core = [f"waves={self.waves}", f"M={self.min_fanout}-{self.max_fanout}", f"tau={self.tau:g}",
                 f"cap={self.cap}", f"sig={self.signal}{judged}", f"k={self.k}",
-                "quote_thinking" if self.quote_thinking else ""]
+                "quote_thinking" if self.budget.quote_thinking else ""]
         shown = {"waves", "min_fanout", "max_fanout", "tau", "cap", "signal", "k", "quote_thinking"}
         return labelled(self, "adaptive_pdr", core, shown | ({"judge"} if judged else set()))
 
@@ -271,7 +265,8 @@ def _generate(lm, segs, keys, ctx, spec, samples: int, live: Array, name: str):
     sends only those, and the returned (in, out) budget counts `[B, samples]` are 0 elsewhere."""
     b = live.shape[0]
     prompts, plen, overflow = assemble(segs, width(segs), ctx.pad_id)
-    out = lm.generate(prompts, plen, keys, sampling_config(ctx, spec.max_new_tokens, samples, spec.think_budget),
+    out = lm.generate(prompts, plen, keys, sampling_config(ctx, spec.budget.max_new_tokens, samples,
+                                                          spec.budget.think_budget),
                       name=name, live=live.reshape(-1))
     bill_in, bill_out = billed(out, jnp.repeat(plen, samples))
     tok = out.tokens.reshape(b, samples, -1)
@@ -293,7 +288,7 @@ def _signal(lm, problems, cand_t, cand_l, ran, key, spec, ctx):
 def adaptive_pdr(lm, problems, keys, spec: AdaptivePDR, ctx):
     """Uncertainty-adaptive PDR (module docstring): draft waves, early stop by agreement,
     fan-out by `allocate`, one refine where the drafts disagree; budgets of the calls that ran."""
-    b, n_tok, d = problems.tokens.shape[0], spec.max_new_tokens, spec.drafts
+    b, n_tok, d = problems.tokens.shape[0], spec.budget.max_new_tokens, spec.drafts
     problem = problem_rows(problems, 1)
     solve = fill(ctx.templates["solve"], b, {"problem": problem})
     slot = jnp.arange(d)[None, :]

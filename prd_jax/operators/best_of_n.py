@@ -3,7 +3,7 @@
 
 Budgets: the N drafts are parallel and the selected one is on the accepted path; judge
 calls count in B_total, and the selector's sequential batches add to B_seq (`verify.py`).
-Judged candidates drop their thinking block unless `spec.quote_thinking` (`calls.quotable`).
+Judged candidates drop their thinking block unless `spec.budget.quote_thinking` (`calls.quotable`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from prd_jax.operators import verify
 from prd_jax.operators.calls import call, fill, fold, path_calls, problem_rows
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import (BEST_OF_N_SELECTORS, JUDGE_SELECTORS, Judge, OperatorSpec, as_judge,
-                                     check_bool, check_positive, check_think, check_truncation, judge_roles,
-                                     labelled, thinking_label)
+from prd_jax.operators.specs import (BEST_OF_N_SELECTORS, JUDGE_SELECTORS, CallBudget, Judge, OperatorSpec, as_judge,
+                                     check_positive, flat_budget, judge_roles, labelled, thinking_label)
 
 Array = jax.Array
 
 
+@flat_budget("n", "selector", "max_new_tokens", "candidate_max_tokens", "truncation_head", "judge", "quote_thinking",
+             "think_budget")
 @dataclasses.dataclass(frozen=True)
 class BestOfN(OperatorSpec):
     """Draft N candidates in parallel and select one (V1-Infer, V1 §4, and its baselines).
@@ -38,23 +39,16 @@ class BestOfN(OperatorSpec):
 
     n: int = 16
     selector: str = "pairwise_v1"
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
     judge: Judge = Judge()
-    quote_thinking: bool = False
-    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`check_think`)
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve", "pointwise", "pairwise")
 
     def __post_init__(self):
-        check_positive(self, "n", "max_new_tokens", "candidate_max_tokens")
-        check_think(self, "think_budget", self.max_new_tokens)
+        check_positive(self, "n")
         if self.selector not in BEST_OF_N_SELECTORS:
             raise ValueError(f"BestOfN.selector={self.selector!r}; allowed: {BEST_OF_N_SELECTORS}")
-        check_truncation(self)
         object.__setattr__(self, "judge", as_judge(self.judge))
-        check_bool(self, "quote_thinking")
 
     def template_roles(self) -> tuple:
         return ("solve",) + judge_roles(self.selector)
@@ -72,7 +66,8 @@ def drafts(lm, problems, key, spec, ctx, n: int):
     tokens `[B, n]` and overflow counts `[B]` (best-of-N and RSA's first population)."""
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample", spec.think_budget)
+    out = call(lm, segs, fold(key, 1), ctx, spec.budget.max_new_tokens, n, f"{type(spec).__name__.lower()}.sample",
+               spec.budget.think_budget)
     tok, length, in_tok, overflow = out
     return (tok.reshape(b, n, -1), length.reshape(b, n), in_tok.reshape(b, n), out.bill_out.reshape(b, n),
             overflow.astype(jnp.int32))

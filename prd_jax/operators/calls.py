@@ -165,18 +165,19 @@ def strip_thinking(tok: Array, length: Array, marker: tuple, skip_ids: tuple = (
 
 def quotable(tok, length, spec, ctx) -> tuple:
     """The part of outputs `[R, N]` a later prompt quotes: no final stop token, and no
-    thinking block unless `spec.quote_thinking` (marker ids from `ctx.think_end`)."""
+    thinking block unless `spec.budget.quote_thinking` (marker ids from `ctx.think_end`)."""
     length = strip_stop(tok, length, ctx.sampling.stop_ids)
-    if spec.quote_thinking:
+    if spec.budget.quote_thinking:
         return tok, length
     return strip_thinking(tok, length, ctx.think_end, ctx.think_skip)
 
 
 def single(cand_tok, cand_len, spec, ctx):
-    """One candidate as quoted (`quotable`), capped head+tail at `spec.candidate_max_tokens`;
+    """One candidate as quoted (`quotable`), capped head+tail at `spec.budget.candidate_max_tokens`;
     (segment, cut [R])."""
     cand_tok, cand_len = quotable(cand_tok, cand_len, spec, ctx)
-    tok, length, cut = truncate_head_tail(cand_tok, cand_len, spec.candidate_max_tokens, spec.truncation_head)
+    budget = spec.budget
+    tok, length, cut = truncate_head_tail(cand_tok, cand_len, budget.candidate_max_tokens, budget.truncation_head)
     return (tok, length), cut.astype(jnp.int32)
 
 

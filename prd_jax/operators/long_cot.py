@@ -12,23 +12,20 @@ from prd_jax.operators.budget import CallLog, group
 from prd_jax.operators.calls import call, fill, fold, problem_rows
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import OperatorSpec, check_positive, check_think, labelled
+from prd_jax.operators.specs import CallBudget, OperatorSpec, flat_budget, labelled
 
 Array = jax.Array
 
 
+@flat_budget("max_new_tokens", "think_budget")
 @dataclasses.dataclass(frozen=True)
 class LongCoT(OperatorSpec):
-    """A single long chain of thought with `max_new_tokens` output tokens (PDR §4 baseline)."""
+    """A single long chain of thought with `budget.max_new_tokens` output tokens (PDR §4
+    baseline); of its budget it uses `max_new_tokens` and `think_budget` (it quotes nothing)."""
 
-    max_new_tokens: int = 512
-    think_budget: int = 0  # > 0: thinking is closed after this many tokens (`check_think`)
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve",)
-
-    def __post_init__(self):
-        check_positive(self, "max_new_tokens")
-        check_think(self, "think_budget", self.max_new_tokens)
 
     def round_sizes(self) -> tuple:
         return (1,)
@@ -40,10 +37,11 @@ class LongCoT(OperatorSpec):
 
 @register_operator("long_cot", spec=LongCoT)
 def long_cot(lm, problems: Problems, key: Array, spec: LongCoT, ctx: Context) -> OperatorResult:
-    """Single pass: one call with `spec.max_new_tokens` (paper's Long-CoT baseline)."""
+    """Single pass: one call with `spec.budget.max_new_tokens` (paper's Long-CoT baseline)."""
     b = problems.tokens.shape[0]
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "long_cot.solve", spec.think_budget)
+    out = call(lm, segs, fold(key, 1), ctx, spec.budget.max_new_tokens, 1, "long_cot.solve",
+               spec.budget.think_budget)
     tok, length, in_tok, overflow = out
     calls = CallLog.from_groups([group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")])
     return make_result(tok, length, calls, empty_workspace(b), overflow, [tok[:, None]], [length[:, None]],

@@ -19,7 +19,7 @@ generated the most tokens (our choice; the paper is silent; `calls.path_calls`).
 summary call and the selector's rating call of the accepted candidate are on the path too.
 
 Random-k runs no selector (no judge calls, nothing paid). Quoted candidates drop their
-thinking block unless `spec.quote_thinking` (`calls.quotable`).
+thinking block unless `spec.budget.quote_thinking` (`calls.quotable`).
 """
 from __future__ import annotations
 
@@ -36,12 +36,15 @@ from prd_jax.operators.calls import (ExtraCalls, call, candidate_list, fill, fol
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.registry import register_operator
 from prd_jax.operators.specs import (DISTILL_VARIANTS, MODEL_SELECTORS, ORACLE_SELECTORS, PDR_KAPPA, PDR_SELECTORS,
-                                     Judge, OperatorSpec, as_judge, check_bool, check_positive, check_think,
-                                     check_truncation, judge_roles, labelled, thinking_label)
+                                     CallBudget, Judge, OperatorSpec, as_judge, check_bool, check_positive, check_think,
+                                     flat_budget, judge_roles, labelled, thinking_label)
 
 Array = jax.Array
 
 
+@flat_budget("schedule", "distill", "k", "selector", "kappa", "max_new_tokens", "candidate_max_tokens",
+             "truncation_head", "refine_template", "judge", "summary_vote_counts", "quote_thinking", "think_budget",
+             "kappa_think")
 @dataclasses.dataclass(frozen=True)
 class PDR(OperatorSpec):
     """Parallel-Distill-Refine with schedule (M_1, ..., M_R), M_R = 1 (paper §3.2).
@@ -73,15 +76,11 @@ class PDR(OperatorSpec):
     k: int = 2
     selector: str = "random"
     kappa: int = PDR_KAPPA
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
     refine_template: str = "topk"
     judge: Judge = Judge()
     summary_vote_counts: bool = False
-    quote_thinking: bool = False
-    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`check_think`)
     kappa_think: int = 0  # > 0: the summary call's thinking is closed after this many of its kappa tokens
+    budget: CallBudget = CallBudget()  # drafts and refines (the summary's is `kappa`)
 
     TEMPLATES = ("solve", "pdr_topk", "sr_refine", "pdr_summary", "distill_summary", "distill_summary_votes",
                  "pointwise", "pairwise")
@@ -102,19 +101,17 @@ class PDR(OperatorSpec):
             raise ValueError(f"PDR.selector={self.selector!r} with distill='global_summary': the summary "
                              f"reads its candidates unranked; allowed: 'random' (all candidates), "
                              f"{ORACLE_SELECTORS} (oracle selection into the summary)")
-        check_positive(self, "k", "kappa", "max_new_tokens", "candidate_max_tokens")
-        check_think(self, "think_budget", self.max_new_tokens)
+        check_positive(self, "k", "kappa")
         check_think(self, "kappa_think", self.kappa)
         if self.distill != "global_summary" and self.k > min(self.schedule[:-1]):
             raise ValueError(f"PDR.k={self.k} exceeds the smallest distilled round M="
                              f"{min(self.schedule[:-1])} of schedule {self.schedule}; need k <= M")
-        check_truncation(self)
         object.__setattr__(self, "judge", as_judge(self.judge))
         if self.refine_template not in ("topk", "previous"):
             raise ValueError(f"PDR.refine_template={self.refine_template!r}; allowed: 'topk', 'previous'")
         if self.refine_template == "previous" and (self.k != 1 or self.distill == "global_summary"):
             raise ValueError("PDR.refine_template='previous' needs k=1 and an extractive distill")
-        check_bool(self, "summary_vote_counts", "quote_thinking")
+        check_bool(self, "summary_vote_counts")
         if self.summary_vote_counts and self.distill != "global_summary":
             raise ValueError(f"PDR.summary_vote_counts=True needs distill='global_summary' "
                              f"(got distill={self.distill!r})")
@@ -200,7 +197,7 @@ def _summary_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, m_n
     extra = ExtraCalls(r, "summary", s_in[:, None], summary.bill_out[:, None], before=True)
     s_tok, s_len = quotable(s_tok, s_len, spec, ctx)  # the summary as quoted
     segs = fill(ctx.templates["pdr_summary"], b, {"problem": problem, "summary": [(s_tok, s_len)]})
-    out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine", spec.think_budget)
+    out = call(lm, segs, rkey, ctx, spec.budget.max_new_tokens, m_next, "pdr.refine", spec.budget.think_budget)
     n_adm = jnp.sum(admitted, axis=1)
     pos = jnp.arange(m_next)[None, :] % jnp.maximum(n_adm, 1)[:, None]
     parent = jnp.where(n_adm[:, None] > 0, jnp.take_along_axis(order, pos, axis=1), -1)
@@ -234,10 +231,11 @@ def _extractive_round(lm, problems, cand_t, cand_l, rkey, spec, ctx, r, m_prev, 
         segs = fill(tpl, n_rows, {"problem": prob, "candidates": workspace_rows})
     ws_t, ws_l, _ = assemble(workspace_rows, sum(s[0].shape[1] for s in workspace_rows), ctx.pad_id)
     if shared:
-        out = call(lm, segs, rkey, ctx, spec.max_new_tokens, m_next, "pdr.refine", spec.think_budget)
+        out = call(lm, segs, rkey, ctx, spec.budget.max_new_tokens, m_next, "pdr.refine", spec.budget.think_budget)
         truncs = cut + out.overflow
     else:
-        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.max_new_tokens, 1, "pdr.refine", spec.think_budget)
+        out = call(lm, segs, per_sample(rkey, m_next), ctx, spec.budget.max_new_tokens, 1, "pdr.refine",
+                   spec.budget.think_budget)
         truncs = (cut + out.overflow).reshape(b, m_next).sum(axis=1)
         ws_t, ws_l = ws_t.reshape(b, m_next, -1)[:, 0], ws_l.reshape(b, m_next)[:, 0]
     # judge calls rate the previous round's candidates: they belong to round r - 1
@@ -250,7 +248,7 @@ def pdr(lm, problems: Problems, key: Array, spec: PDR, ctx: Context) -> Operator
     b = problems.tokens.shape[0]
     sched = spec.schedule
     segs = fill(ctx.templates["solve"], b, {"problem": problem_rows(problems, 1)})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, sched[0], "pdr.draft", spec.think_budget)
+    out = call(lm, segs, fold(key, 1), ctx, spec.budget.max_new_tokens, sched[0], "pdr.draft", spec.budget.think_budget)
     tok, length, in_tok, overflow = out
     traces = [out.trace(b, sched[0])]
     n = tok.shape[1]

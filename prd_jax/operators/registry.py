@@ -8,7 +8,7 @@ listing need: they find operators here alone. What each operator needs from its 
 train, its spec class declares (`specs.OperatorSpec`). docs/extending.md ("An operator") shows a
 new operator defined outside the library.
 
-The module itself is pure Python (it imports only `specs`).
+The module itself is pure Python (it imports only `specs` and `call_budget`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
+from prd_jax.operators.call_budget import BUDGET_FIELDS, budget_names, fold_budget
 from prd_jax.operators.specs import OperatorSpec
 
 __all__ = ["Operator", "build_spec", "get_operator", "operator_for", "operator_names", "register_operator"]
@@ -47,6 +48,10 @@ def register_operator(name: str, *, spec: type, replace: bool = False) -> Callab
     if not spec.__dataclass_params__.frozen:
         raise ValueError(f"register_operator({name!r}): spec class {spec.__name__} must be frozen "
                          "(specs are static arguments of the jitted operator programs)")
+    flat = sorted({f.name for f in dataclasses.fields(spec)} & set(BUDGET_FIELDS))
+    if flat:
+        raise ValueError(f"register_operator({name!r}): spec class {spec.__name__} declares {flat} itself; embed "
+                         "the call budget instead: `budget: CallBudget = CallBudget()` (prd_jax.operators.call_budget)")
 
     def decorate(fn: Callable) -> Callable:
         for key, table, what in ((name, _BY_NAME, "name"), (spec, _BY_SPEC, "spec class")):
@@ -90,14 +95,17 @@ def operator_for(spec) -> Operator:
 def build_spec(entry, default_type: Optional[str] = None):
     """Operator spec from a config entry {"type": "pdr", "schedule": (8, 4, 1), ...} (a dict or
     ConfigDict; `default_type` when it has no "type"). Lists become tuples; a `judge` dict
-    becomes a Judge in the spec's own validation. Unknown fields raise naming the allowed ones."""
+    becomes a Judge in the spec's own validation; the call budget's fields are given flat
+    (`max_new_tokens=...`; a `budget` dict is taken too). Unknown fields raise naming the
+    allowed ones."""
     if hasattr(entry, "to_dict"):
         entry = entry.to_dict()
     entry = dict(entry)
     op = get_operator(entry.pop("type", default_type))
-    fields = {f.name for f in dataclasses.fields(op.spec)}
+    flat = budget_names(op.spec)
+    fields = {f.name for f in dataclasses.fields(op.spec)} | set(flat)
     unknown = set(entry) - fields
     if unknown:
         raise ValueError(f"operator {op.name!r}: unknown fields {sorted(unknown)}; allowed: {sorted(fields)}")
     entry = {k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()}
-    return op.spec(**entry)
+    return op.spec(**(fold_budget(op.spec.__name__, entry, flat) if flat else entry))

@@ -5,7 +5,7 @@ A population of N drafts is replaced T times by aggregations of K members drawn 
 Budgets: RSA's accepted path walks back from the final member through each member's first
 drawn parent, as PDR's random-k does; tournament calls count in B_total and their
 sequential batches in B_seq (`verify.py`). Quoted subsets drop their thinking block unless
-`spec.quote_thinking` (`calls.quotable`).
+`spec.budget.quote_thinking` (`calls.quotable`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from prd_jax.operators.best_of_n import drafts, pick
 from prd_jax.operators.calls import call, candidate_list, fill, fold, path_calls, per_sample, problem_rows, rows
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import (RSA_FINALS, Judge, OperatorSpec, as_judge, check_bool, check_positive,
-                                     check_think, check_truncation, labelled, thinking_label)
+from prd_jax.operators.specs import (RSA_FINALS, CallBudget, Judge, OperatorSpec, as_judge, check_positive, flat_budget,
+                                     labelled, thinking_label)
 
 Array = jax.Array
 
 
+@flat_budget("population", "subset", "loops", "max_new_tokens", "candidate_max_tokens", "truncation_head",
+             "prune_every", "keep", "final", "judge", "quote_thinking", "think_budget")
 @dataclasses.dataclass(frozen=True)
 class RSA(OperatorSpec):
     """Recursive self-aggregation: a population of N, T loops, each new member aggregating
@@ -38,22 +40,16 @@ class RSA(OperatorSpec):
     population: int = 8
     subset: int = 2
     loops: int = 2
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
     prune_every: int = 0
     keep: int = 0
     final: str = "first"
     judge: Judge = Judge()
-    quote_thinking: bool = False
-    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`check_think`)
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve", "rsa_aggregate", "pairwise")
 
     def __post_init__(self):
-        check_positive(self, "population", "subset", "loops", "max_new_tokens", "candidate_max_tokens")
-        check_think(self, "think_budget", self.max_new_tokens)
-        check_truncation(self)
+        check_positive(self, "population", "subset", "loops")
         if self.subset > self.population:
             raise ValueError(f"RSA.subset={self.subset} exceeds population={self.population}")
         if self.prune_every < 0:
@@ -64,7 +60,6 @@ class RSA(OperatorSpec):
         if self.final not in RSA_FINALS:
             raise ValueError(f"RSA.final={self.final!r}; allowed: {RSA_FINALS}")
         object.__setattr__(self, "judge", as_judge(self.judge))
-        check_bool(self, "quote_thinking")
 
     def template_roles(self) -> tuple:
         judged = self.prune_every or self.final == "pairwise_v1"
@@ -116,7 +111,8 @@ def rsa(lm, problems: Problems, key: Array, spec: RSA, ctx: Context) -> Operator
         cands, cut = candidate_list(tpl, rows(cand_t, n), rows(cand_l, n), idx.reshape(b * n, k),
                                     adm.reshape(b * n, k), spec, ctx)
         segs = fill(tpl, b * n, {"problem": problem_rows(problems, n), "candidates": cands})
-        out = call(lm, segs, per_sample(lkey, n), ctx, spec.max_new_tokens, 1, "rsa.aggregate", spec.think_budget)
+        out = call(lm, segs, per_sample(lkey, n), ctx, spec.budget.max_new_tokens, 1, "rsa.aggregate",
+                   spec.budget.think_budget)
         tok, length, in_t, over = out
         truncs = truncs + (cut + over).reshape(b, n).sum(axis=1)
         cand_t, cand_l = tok.reshape(b, n, -1), length.reshape(b, n)

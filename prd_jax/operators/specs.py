@@ -6,9 +6,8 @@ Each operator's own spec class lives in its module, beside its run function (`lo
 docs/extending.md. Long-CoT, SR and PDR follow the PDR paper (arXiv 2510.01123 §3); `Judge`,
 best-of-N and RSA follow V1-Infer (arXiv 2603.04304 §4).
 
-`quote_thinking` (SR, PDR, BestOfN, RSA; ours, the papers are silent): by default a quoted
-candidate (workspace, previous answer, judge candidate, RSA subset) carries only the text
-after its thinking block (`</think>`, see `calls.strip_thinking`); True quotes the full text.
+Every spec's generation calls share one `CallBudget` (`call_budget.py`: `max_new_tokens`,
+candidate truncation, `quote_thinking`, `think_budget`), its `budget` field.
 
 Specs are frozen dataclasses: hashable, so they are static arguments of the jitted
 operator programs. Each error names the field and says what is allowed.
@@ -19,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from prd_jax.operators.call_budget import BUDGET_FIELDS, CallBudget, flat_budget, settings  # noqa: F401 (specs use)
 from prd_jax.sampling import Sampling  # noqa: F401  (the one sampling config; operators' context carries it)
 
 DISTILL_VARIANTS = ("global_summary", "shared_topk", "per_sample_topk", "random_k")
@@ -71,6 +71,12 @@ class OperatorSpec:
     TEMPLATES: tuple = ()
     kappa = None  # a dataclass field of the same name overrides it (PDR)
 
+    def __getattr__(self, name):  # only for names not found: the budget's fields moved into `budget`
+        if name in BUDGET_FIELDS:
+            raise AttributeError(f"{type(self).__name__}.{name} is read as spec.budget.{name} "
+                                 "(the CallBudget every spec embeds, operators/call_budget.py)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def template_roles(self) -> tuple:
         return tuple(self.TEMPLATES)
 
@@ -99,15 +105,15 @@ def _value(v) -> str:
 
 def labelled(spec, name: str, core: list, shown) -> str:
     """`name(core..., other=value..., budget=max_new_tokens)`: the readable `core` parts, then
-    every field not in `shown` whose value differs from its default. A field is thus either
-    in the core or at its default, so two different specs never share a label."""
+    every setting not in `shown` (the call budget's fields among them, `call_budget.settings`)
+    whose value differs from its default. A setting is thus either in the core or at its
+    default, so two different specs never share a label."""
     extra = []
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        if f.name in shown or f.name == "max_new_tokens" or value == f.default:
+    for field, value, default in settings(spec):
+        if field in shown or field == "max_new_tokens" or value == default:
             continue
-        extra.append(f.name if value is True else f"{f.name}={_value(value)}")
-    budget = [f"budget={spec.max_new_tokens}"] if hasattr(spec, "max_new_tokens") else []
+        extra.append(field if value is True else f"{field}={_value(value)}")
+    budget = [f"budget={spec.budget.max_new_tokens}"] if hasattr(spec, "budget") else []
     return f"{name}({','.join([p for p in core if p] + extra + budget)})"
 
 
@@ -133,13 +139,7 @@ def check_bool(obj, *fields):
 
 
 def thinking_label(obj) -> str:
-    return ",quote_thinking" if obj.quote_thinking else ""
-
-
-def check_truncation(obj):
-    if not 0 <= obj.truncation_head <= obj.candidate_max_tokens:
-        raise ValueError(f"{type(obj).__name__}.truncation_head={obj.truncation_head}; "
-                         f"allowed: 0..candidate_max_tokens={obj.candidate_max_tokens}")
+    return ",quote_thinking" if obj.budget.quote_thinking else ""
 
 
 @dataclasses.dataclass(frozen=True)

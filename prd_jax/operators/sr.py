@@ -1,7 +1,7 @@
 """Sequential refinement (the PDR paper, arXiv 2510.01123 §3.2.1): one solve, then `rounds`
 refinements of the previous answer, with or without an error analysis first. Every call is on
 the accepted path, so B_seq = B_total. Quoted answers drop their thinking block unless
-`spec.quote_thinking` (`calls.quotable`)."""
+`spec.budget.quote_thinking` (`calls.quotable`)."""
 
 from __future__ import annotations
 
@@ -15,31 +15,27 @@ from prd_jax.operators.budget import CallLog, group
 from prd_jax.operators.calls import call, fill, fold, problem_rows, single
 from prd_jax.operators.core import Context, OperatorResult, Problems, empty_workspace, make_result
 from prd_jax.operators.registry import register_operator
-from prd_jax.operators.specs import (OperatorSpec, check_bool, check_positive, check_think, check_truncation,
-                                     labelled, thinking_label)
+from prd_jax.operators.specs import (CallBudget, OperatorSpec, check_bool, check_positive, flat_budget, labelled,
+                                     thinking_label)
 
 Array = jax.Array
 
 
+@flat_budget("rounds", "error_analysis", "max_new_tokens", "candidate_max_tokens", "truncation_head", "quote_thinking",
+             "think_budget")
 @dataclasses.dataclass(frozen=True)
 class SR(OperatorSpec):
     """Sequential refinement (PDR §3.2.1): one solve, then `rounds` refinements of the previous answer."""
 
     rounds: int = 2
     error_analysis: bool = False
-    max_new_tokens: int = 512
-    candidate_max_tokens: int = 512
-    truncation_head: int = 128
-    quote_thinking: bool = False
-    think_budget: int = 0  # > 0: a call's thinking is closed after this many tokens (`check_think`)
+    budget: CallBudget = CallBudget()
 
     TEMPLATES = ("solve", "sr_refine", "sr_error_analysis")
 
     def __post_init__(self):
-        check_positive(self, "rounds", "max_new_tokens", "candidate_max_tokens")
-        check_think(self, "think_budget", self.max_new_tokens)
-        check_truncation(self)
-        check_bool(self, "error_analysis", "quote_thinking")
+        check_positive(self, "rounds")
+        check_bool(self, "error_analysis")
 
     def template_roles(self) -> tuple:
         return ("solve", "sr_error_analysis" if self.error_analysis else "sr_refine")
@@ -64,7 +60,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     b = problems.tokens.shape[0]
     problem = problem_rows(problems, 1)
     segs = fill(ctx.templates["solve"], b, {"problem": problem})
-    out = call(lm, segs, fold(key, 1), ctx, spec.max_new_tokens, 1, "sr.solve", spec.think_budget)
+    out = call(lm, segs, fold(key, 1), ctx, spec.budget.max_new_tokens, 1, "sr.solve", spec.budget.think_budget)
     tok, length, in_tok, overflow = out
     groups = [group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "solve")]
     truncs, rounds_t, rounds_l = overflow.astype(jnp.int32), [tok[:, None]], [length[:, None]]
@@ -74,7 +70,7 @@ def sr(lm, problems: Problems, key: Array, spec: SR, ctx: Context) -> OperatorRe
     for r in range(2, spec.rounds + 2):
         workspace, cut = single(tok, length, spec, ctx)
         segs = fill(refine, b, {"problem": problem, "previous": [workspace]})
-        out = call(lm, segs, fold(key, r), ctx, spec.max_new_tokens, 1, "sr.refine", spec.think_budget)
+        out = call(lm, segs, fold(key, r), ctx, spec.budget.max_new_tokens, 1, "sr.refine", spec.budget.think_budget)
         tok, length, in_tok, overflow = out
         groups.append(group(in_tok[:, None], out.bill_out[:, None], jnp.ones((b, 1), bool), "refine"))
         truncs = truncs + cut + overflow
