@@ -412,8 +412,9 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
             if not args.estimate:
                 raise ValueError("config.backend.kind='openai': nothing runs on a pod; use --estimate")
             setup = EvalSetup.from_config(config)  # as `prd-jax eval` builds it
-            _, tok = for_eval.eval_lm(setup.config, backend.replace_key_env(), None, progress=False)
-            rows = estimate.remote_estimates(config, tok, backend, setup.with_lm(None, tok).context)
+            lm, tok = for_eval.eval_lm(setup.config, backend.replace_key_env(), None, progress=False)
+            setup = setup.with_lm(lm, tok)  # the remote LM refuses what it cannot honour (`RemoteLM.check`)
+            rows = estimate.remote_estimates(config, tok, backend, setup.context)
             print(estimate.remote_table(rows, backend))
             return 0
     target = report.target_of(config, args.topology, args.devices)

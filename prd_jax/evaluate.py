@@ -12,6 +12,10 @@ row's per-call records, so rows written under an older definition summarise corr
 The workdir may be local or a URI (gs://...; `prd_jax.fileio`). On several processes
 (`jax.distributed`) the operators run on one global mesh, their outputs are gathered with
 `host.to_host`, and process 0 alone reads and writes the workdir's files.
+
+The harness knows the LM only through its declared seam (`operators.lm_protocol.LanguageModel`,
+opened by `eval_setup.EvalSetup.open_lm`): what the rows name as the model, the per-batch
+row fields and counters, and closing; it holds no branch on the backend (tests/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -30,16 +34,14 @@ from tqdm import tqdm
 
 from prd_jax import fileio, results_json
 from prd_jax.backends import for_eval
-from prd_jax.checkpoint import load_workdir, resolve_checkpoint
+from prd_jax.checkpoint import resolve_checkpoint
 from prd_jax.config_io import save_config
 from prd_jax.eval_config import EvalConfig
-from prd_jax.eval_setup import EvalSetup, build_spec, eval_sampling, eval_task  # noqa: F401 (re-exported)
+from prd_jax.eval_setup import EvalSetup, build_spec, eval_sampling, eval_task, run_settings  # noqa: F401 (re-exported)
 from prd_jax.host import is_main, on_main, to_host
-from prd_jax.mesh import init_distributed, make_mesh
-from prd_jax.model import load
+from prd_jax.mesh import init_distributed
 from prd_jax.operators.budget import JUDGE_CALLS
 from prd_jax.plots import pareto_plot
-from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts, encode_problems, run_operator
 from prd_jax.tasks import require_data
 from prd_jax.tracking import open_tracker
@@ -52,12 +54,9 @@ def check_settings(ec: EvalConfig, workdir: str, checkpoint: str = "") -> None:
     Result rows are keyed by (problem, operator, sample); sampling settings are not in that
     key, so a rerun with, say, another temperature must not reuse them. Raises naming the
     fields that differ (on every process; process 0 reads or writes the file). `checkpoint`
-    ("WORKDIR@STEP", resolved) is recorded, so rows of another checkpoint are not reused."""
-    now = ec.settings()
-    if checkpoint:
-        now["checkpoint"] = checkpoint
-    if ec.backend.remote:  # in-graph rows keep their old settings.json (no "backend" key)
-        now["backend"] = ec.backend.settings()
+    ("WORKDIR@STEP", resolved) is recorded, so rows of another checkpoint are not reused
+    (`eval_setup.run_settings`)."""
+    now = run_settings(ec, checkpoint)
     path = os.path.join(workdir, "settings.json")
 
     def read_or_write():
@@ -271,6 +270,11 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
     if main:
         fileio.makedirs(workdir)
     checkpoint = "@".join(map(str, ckpt)) if ckpt else ""  # WORKDIR@STEP
+    # The LM config.backend names. It refuses what it cannot honour (`LanguageModel.check`)
+    # before settings.json is written, so a corrected config resumes in the same workdir.
+    setup = setup.open_lm(workdir, model=model, checkpoint=ckpt, progress=progress and main)
+    lm, tok = setup.lm, setup.tokenizer
+    served = lm.served(checkpoint or ec.model)  # what summary, plot and rows name
     check_settings(ec, workdir, checkpoint)
     save_config(config, workdir)
     specs = setup.specs()
@@ -278,23 +282,10 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         rows = task.problems(ec.split or None, limit=ec.num_problems, data_dir=ec.data_dir or None)
         if main:  # e.g. "livecodebench_v6: 175 problems (2025-02-01..2025-05-01 of release_v6)"
             print(task.selection(rows))
-    backend = ec.backend
-    served = backend.model if backend.remote else checkpoint or ec.model  # what summary, plot and rows name
-    if backend.remote:
-        lm, tok = for_eval.eval_lm(ec, backend, workdir, progress and main)
-    elif model is None:
-        # several processes: one global mesh (all devices on `data`) unless config.mesh says otherwise
-        mesh = make_mesh(ec.mesh or None) if ec.mesh or jax.process_count() > 1 else None
-        model = (load_workdir(*ckpt, mesh=mesh, **ec.model_overrides()) if ckpt else
-                 load(ec.model, ec.model_path or None, mesh=mesh, **ec.model_overrides()))
-    if not backend.remote:
-        tok = model.tokenizer
-        lm = ModelLM(model.params, model.cfg, tok.pad_id, model.mesh, ec.sampling.max_rows)
-    setup = setup.with_lm(lm, tok)
     results_path = os.path.join(workdir, "results.jsonl")
     done = {tuple(key) for key in on_main(lambda: sorted(read_done(results_path)))}
     batch = ec.batch_size
-    bar = Progress(len(specs) * ec.k_samples * len(rows), progress and main, backend.remote)
+    bar = Progress(len(specs) * ec.k_samples * len(rows), progress and main)
     chunks = []  # tokenized once, shared by every operator
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
@@ -322,10 +313,9 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                         op_key = jax.random.fold_in(jax.random.key(ec.seed), op_index)
                         keys = [jax.random.fold_in(jax.random.fold_in(op_key, start + j), sample) for j in kept]
                         keys = jnp.stack(keys + [keys[0]] * (batch - len(kept)))
-                        if backend.remote:
-                            lm.host.begin(batch)
+                        lm.begin(batch)
                         res = to_host(run_operator(lm, _pad_batch(probs, batch), keys, spec, ctx))
-                        remote = lm.host.take_stats() if backend.remote else {}
+                        stats = lm.stats()  # the LM's per-row fields (a remote LM's requests) and counters
                         graded = [(i, j) for i, j in enumerate(kept) if j in todo]
                         texts = [tok.decode(np.asarray(res.final_tokens[i, :int(res.final_lengths[i])]).tolist())
                                  for i, _ in graded]
@@ -344,13 +334,12 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
                                 "judge_unparsed": int(res.judge_unparsed[i]),
                                 "calls": _calls_rows(res.calls, i), "completion": text, "model": served,
                                 "run_id": run_id,
-                                **for_eval.row_fields(remote.get(i, {}) if backend.remote else None)}) + "\n")
+                                **stats.rows.get(i, {})}) + "\n")
                     out.flush()
                     bar.update(len(chunk), tokens=int(np.sum(np.asarray(res.calls.b_total)[at])) if kept else 0,
-                               requests=sum(s.get("requests", 0) for s in remote.values()) if kept else 0)
+                               **(stats.counts if kept else {}))
     bar.close()
-    if backend.remote:
-        lm.host.client.close()
+    lm.close()
     table = on_main(lambda: summarize(fileio.read_jsonl(results_path)))
     if main:
         md = markdown_table(table)
@@ -358,7 +347,7 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
         by_level = difficulty_table(fileio.read_jsonl(results_path), {k: v for k, v in levels.items() if v})
         if by_level:  # per-difficulty rows (LiveCodeBench's easy / medium / hard)
             md += "\n\n" + difficulty_markdown(by_level)
-        via = f" via {backend.base_url} ({backend.endpoint_row().name})" if backend.remote else ""
+        via = f" via {lm.via()}" if lm.via() else ""
         fileio.write_text(os.path.join(workdir, "summary.md"), f"# {task.name}: {served}{via}\n\n{md}\n")
         print(md)
         pareto_plot(table, os.path.join(workdir, "pareto.png"), f"{task.name} ({served})")
@@ -373,17 +362,17 @@ def evaluate(config, workdir: str, *, model=None, rows=None, progress: bool = Tr
 
 class Progress:
     """The eval bar: problems done (operators x samples x problems), generated tokens per second
-    (over every call), remote requests sent, and (tqdm's) the time left."""
+    (over every call), the running sums of the counters the LM reports per batch
+    (`BatchStats.counts`: a remote LM's requests sent), and (tqdm's) the time left."""
 
-    def __init__(self, total: int, enabled: bool, remote: bool):
+    def __init__(self, total: int, enabled: bool):
         self.bar = tqdm(total=total, desc="eval", unit="problem", disable=not enabled, dynamic_ncols=True)
-        self.remote, self.tokens, self.requests, self.t0 = remote, 0, 0, time.perf_counter()
+        self.tokens, self.counts, self.t0 = 0, collections.Counter(), time.perf_counter()
 
-    def update(self, problems: int, tokens: int = 0, requests: int = 0) -> None:
-        self.tokens, self.requests = self.tokens + tokens, self.requests + requests
-        post = {"tok/s": f"{self.tokens / max(time.perf_counter() - self.t0, 1e-9):.0f}"}
-        if self.remote:
-            post["requests"] = self.requests
+    def update(self, problems: int, tokens: int = 0, **counts: int) -> None:
+        self.tokens += tokens
+        self.counts.update({k: int(v) for k, v in counts.items()})
+        post = {"tok/s": f"{self.tokens / max(time.perf_counter() - self.t0, 1e-9):.0f}", **self.counts}
         self.bar.set_postfix(post, refresh=False)
         self.bar.update(problems)
 

@@ -19,6 +19,8 @@ import pytest
 
 from prd_jax.aot import programs as PG
 from prd_jax.aot.report import tokenizer_for
+from prd_jax.backends import BackendConfig, make_remote_lm
+from prd_jax.backends.for_eval import check_remote_config
 from prd_jax.config_io import load_config
 from prd_jax.eval_setup import EvalSetup
 from prd_jax.tasks import get_task
@@ -68,6 +70,11 @@ def test_compile_path_builds_every_operator_context(path, arg):
         assert ctx.grader.task is task  # the oracle grades with the config's task, not a default one
         assert ctx.templates._set_name == setup.templates
         assert ctx.sampling.stop_ids == tuple(setup.tokenizer.stop_ids)
+    backend = BackendConfig.from_config(config.get("backend"))
+    if backend.remote:  # its remote LM honours every field of the config (`RemoteLM.check`; nothing sent)
+        check_remote_config(setup.config, backend.replace_key_env())
+        lm, wire = make_remote_lm(backend.replace_key_env(), setup.tokenizer)
+        assert setup.with_lm(lm, wire).lm is lm
 
 
 def test_eval_and_compile_share_contexts_and_the_task_prompt_set():
@@ -76,7 +83,9 @@ def test_eval_and_compile_share_contexts_and_the_task_prompt_set():
     assert config.templates == ""
     tok = _tokenizer(config)
     compile_setup = PG.eval_setup(config, tok)
-    eval_setup = EvalSetup.from_config(config).with_lm(object(), tok)
+    lm, wire = make_remote_lm(BackendConfig.from_config(config.backend), tok)  # its vLLM backend; nothing sent
+    assert wire is tok  # token mode compiles the templates with the local tokenizer itself
+    eval_setup = EvalSetup.from_config(config).with_lm(lm, tok)
     assert compile_setup.templates == eval_setup.templates == "default"
     for spec in eval_setup.specs():  # one cached context per (tokenizer, settings, task)
         assert compile_setup.context(spec) is eval_setup.context(spec)

@@ -1,6 +1,7 @@
 """The module-level import graph of `prd_jax` has no cycles, and function-local imports
 are kept only where they keep TensorFlow or torch (or a sandboxed child's own imports) out
-of the core import path (issue 14 §5).
+of the core import path (issue 14 §5). Issue 49 §7 adds: no private name crosses rooms,
+`aot/` does not reach `evaluate`, and the eval harness holds no backend branch (issue 49 §2).
 
 The graph is read from the source with `ast`, not by importing: an edge A -> B means a
 module-level statement of A imports module B (`from pkg import sub` is an edge to
@@ -42,6 +43,16 @@ def _modules() -> dict:
 
 
 MODULES = _modules()
+
+
+def room(module: str) -> str:
+    """The room of a module: its top-level module or subpackage under `prd_jax`
+    (`prd_jax.serve.slots` -> `prd_jax.serve`; `prd_jax.sampling` -> itself)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _private(dotted: str) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in dotted.split("."))
 
 
 def _targets(node, module: str) -> list:
@@ -135,3 +146,134 @@ def test_function_local_imports_only_keep_tensorflow_or_torch_out():
         if not any(n == ok or n.startswith(ok + ".") for n in names for ok in LAZY_OK):
             bad.append(f"{module}:{line} in {fn}(): {names[0]}")
     assert not bad, "function-local imports that could be at module level:\n" + "\n".join(sorted(bad))
+
+
+# Private names imported across rooms that are known and being removed in other changes of
+# issue 49; the integrator empties this list once those land (a new entry needs a reason).
+KNOWN_PRIVATE_IMPORTS = {
+    # serve chooses tokens with sampling's private helper; §3's one per-row token chooser replaces it
+    ("prd_jax.serve.slots", "prd_jax.sampling._chosen_logprob"),
+    # fileio's TF-backed URI ops import the data room's TF loader (`data._tf` keeps TF off the
+    # accelerators); to be made a public name of the data room or moved beside fileio
+    ("prd_jax.fileio", "prd_jax.data._tf.tf"),
+}
+
+
+def _resolve(node, module: str) -> str:
+    base = node.module or ""
+    if node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+        for _ in range(node.level - 1):
+            package = package.rsplit(".", 1)[0]
+        base = f"{package}.{base}" if base else package
+    return base
+
+
+def private_imports(module: str, tree) -> list:
+    """(name, line) of every private `prd_jax` name `module` takes from another room: `from M
+    import _x`, a private module on the path (`prd_jax.data._tf`), or `m._x` on an imported
+    module `m`. Every import statement counts, function-local ones too."""
+    out, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(node, module)
+            if base.split(".")[0] != "prd_jax":
+                continue
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                if full in MODULES:
+                    aliases[a.asname or a.name] = full
+                if _private(full) and room(full if full in MODULES else base) != room(module):
+                    out.append((full, node.lineno))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] != "prd_jax":
+                    continue
+                if a.asname:
+                    aliases[a.asname] = a.name
+                if _private(a.name) and room(a.name) != room(module):
+                    out.append((a.name, node.lineno))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and _private(node.attr) and room(aliases[node.value.id]) != room(module)):
+            out.append((f"{aliases[node.value.id]}.{node.attr}", node.lineno))
+    return out
+
+
+def test_private_imports_on_hand_sources():
+    MODULES.setdefault("prd_jax.fake_room.mod", PACKAGE / "fake_room" / "mod.py")  # resolved by name only
+    try:
+        src = ("from prd_jax.sampling import _chosen, public\nfrom prd_jax import sampling as s\n"
+               "from prd_jax.fake_room import _sibling\ndef f():\n    from prd_jax.data._tf import tf\n"
+               "    return s._hidden, s.shown\n")
+        found = sorted(private_imports("prd_jax.fake_room.mod", ast.parse(src)))
+        assert found == [("prd_jax.data._tf.tf", 5), ("prd_jax.sampling._chosen", 1), ("prd_jax.sampling._hidden", 6)]
+        assert private_imports("prd_jax.sampling", ast.parse("from prd_jax.sampling import _x\n")) == []
+    finally:
+        del MODULES["prd_jax.fake_room.mod"]
+
+
+def test_no_private_name_crosses_rooms():
+    found = {(m, name): line for m, path in MODULES.items() for name, line in private_imports(m, ast.parse(path.read_text()))}
+    bad = [f"{m}:{line} imports {name} (room {room(name)})" for (m, name), line in sorted(found.items())
+           if (m, name) not in KNOWN_PRIVATE_IMPORTS]
+    assert not bad, "private names imported across rooms (make them public or move them):\n" + "\n".join(bad)
+
+
+def _reach(edges: dict, start: set) -> set:
+    seen, todo = set(), list(start)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += edges.get(m, ())
+    return seen
+
+
+def test_aot_does_not_reach_evaluate():
+    """`aot/` builds eval programs from `eval_setup`, below the eval harness: no module of
+    `prd_jax.aot` imports `prd_jax.evaluate`, at module level through any chain or in a function."""
+    aot = {m for m in MODULES if room(m) == "prd_jax.aot"}
+    assert len(aot) > 2
+    assert "prd_jax.eval_setup" in _reach(graph(), aot)  # the walk follows aot's imports
+    assert "prd_jax.evaluate" not in _reach(graph(), aot)
+    for m in aot:
+        for node in ast.walk(ast.parse(MODULES[m].read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [_resolve(node, m)] + [f"{_resolve(node, m)}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert "prd_jax.evaluate" not in names, f"{m}:{node.lineno} imports prd_jax.evaluate"
+
+
+# What the eval harness may not name: the LM's kind lives behind `operators.lm_protocol.LanguageModel`
+# (`eval_setup.EvalSetup.open_lm` is the one place that tells the backends apart).
+BACKEND_ATTRIBUTES = {"remote", "backend", "host", "kind", "api", "endpoint_row", "client"}
+BACKEND_NAMES = {"ModelLM", "RemoteLM", "RemoteHost", "backend", "BackendConfig", "eval_lm", "make_remote_lm"}
+
+
+def backend_branches(tree) -> list:
+    """(what, line) of every attribute or name in `tree` that tells the LM backends apart."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in BACKEND_ATTRIBUTES:
+            out.append((f".{node.attr}", node.lineno))
+        elif isinstance(node, ast.Name) and node.id in BACKEND_NAMES:
+            out.append((node.id, node.lineno))
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            out += [(a.name, node.lineno) for a in node.names if a.name in BACKEND_NAMES]
+    return out
+
+
+def test_backend_branches_on_hand_sources():
+    src = ("if ec.backend.remote:\n    lm.host.begin(2)\nx = ModelLM(p)\nfrom prd_jax.operators.lm import ModelLM\n"
+           "lm.begin(2)\nrows = [r for r in rows if 'remote' in r]\n")
+    assert sorted(backend_branches(ast.parse(src))) == [(".backend", 1), (".host", 2), (".remote", 1),
+                                                        ("ModelLM", 3), ("ModelLM", 4)]
+
+
+def test_evaluate_holds_no_backend_branch():
+    found = backend_branches(ast.parse(MODULES["prd_jax.evaluate"].read_text()))
+    assert not found, f"prd_jax/evaluate.py tells the LM backends apart at {found}; use the LanguageModel seam"

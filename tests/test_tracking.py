@@ -239,10 +239,10 @@ def test_eval_cli_no_progress_reaches_the_harness(monkeypatch):
 def test_remote_progress_counts_requests(capsys):
     from prd_jax.evaluate import Progress
 
-    bar = Progress(4, True, remote=True)
+    bar = Progress(4, True)  # the counters are the LM's (`BatchStats.counts`): a remote LM's requests
     bar.update(2, tokens=10, requests=3)
     bar.update(2, tokens=0, requests=5)
     bar.close()
     final = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert "4/4" in final and "requests=8" in final and "tok/s=" in final
-    assert np.isclose(bar.tokens, 10) and bar.requests == 8
+    assert np.isclose(bar.tokens, 10) and bar.counts["requests"] == 8

@@ -1,5 +1,6 @@
-"""What `evaluate` needs from a remote backend: the LM and tokenizer, the per-row outcome
-fields, and the per-operator counts of `summary.md`."""
+"""What an eval run needs from a remote backend: the LM and tokenizer (`eval_lm`, opened by
+`eval_setup.EvalSetup.open_lm`), and the per-operator counts of `summary.md`. The per-row
+outcome fields come through the LM seam (`RemoteLM.stats`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Optional
 
 from prd_jax.backends import make_remote_lm
 from prd_jax.backends.config import BackendConfig
-from prd_jax.backends.remote_lm import COUNTERS
 from prd_jax.model.loader import smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer
 
@@ -28,32 +28,44 @@ def local_tokenizer(name: str, path: Optional[str] = None) -> Tokenizer:
     return Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_dir(path)
 
 
+def check_remote_config(config, backend: BackendConfig) -> None:
+    """Refuse, one line naming the field and what is allowed, an eval config field a remote
+    backend cannot honour: the in-graph model's `dtype` and `mesh`; in chat mode (the server
+    renders its own chat template) `reasoning_effort`, and `enable_thinking` on an endpoint
+    that takes no `chat_template_kwargs`."""
+    remote = f"with config.backend.kind={backend.kind!r}"
+    for field in ("dtype", "mesh"):
+        if getattr(config, field):
+            raise ValueError(f"config.{field}={getattr(config, field)!r} sets up the in-graph model; {remote} the "
+                             "server runs the model: allowed: ''")
+    if backend.api != "chat":
+        return
+    if config.reasoning_effort is not None:
+        raise ValueError(f"config.reasoning_effort={config.reasoning_effort!r} is a variable of the local chat "
+                         "template; in chat mode the server renders its own: allowed: None (the API's "
+                         "config.backend.reasoning_effort, where the endpoint takes one)")
+    row = backend.endpoint_row()
+    if config.enable_thinking is not None and not row.template_kwargs:
+        raise ValueError(f"config.enable_thinking={config.enable_thinking!r}: endpoint {row.name!r} takes no "
+                         "chat_template_kwargs; allowed: None")
+
+
 def eval_lm(config, backend: BackendConfig, workdir: str, progress: bool):
-    """(RemoteLM, tokenizer for the operator contexts) of an eval config (`EvalConfig`) with a remote backend.
-    `config.enable_thinking` (when set) renders the local template in token mode and is
-    sent as `chat_template_kwargs` in chat mode."""
+    """(RemoteLM, tokenizer for the operator contexts) of an eval config (`EvalConfig`) with a
+    remote backend, after `check_remote_config`. `config.enable_thinking` and
+    `config.reasoning_effort` (when set) render the local template in token mode;
+    `enable_thinking` is sent as `chat_template_kwargs` in chat mode."""
+    check_remote_config(config, backend)
     name = backend.tokenizer or (config.model if isinstance(config.model, str) else "")
     tok = local_tokenizer(name, None if backend.tokenizer else (config.model_path or None))
-    thinking = config.enable_thinking
+    variables = {k: v for k, v in (("enable_thinking", config.enable_thinking),
+                                   ("reasoning_effort", config.reasoning_effort)) if v is not None}
     kwargs = None
-    if thinking is not None:
-        if backend.api == "chat":
-            kwargs = {"enable_thinking": bool(thinking)}
-        else:
-            tok = tok.with_chat_template_vars(enable_thinking=bool(thinking))
+    if backend.api == "chat":
+        kwargs = variables or None  # enable_thinking alone (check_remote_config)
+    elif variables:
+        tok = tok.with_chat_template_vars(**variables)
     return make_remote_lm(backend, tok, workdir, progress, kwargs)
-
-
-def row_fields(stats: Optional[dict]) -> dict:
-    """A results row's remote outcome: its counters, every request's usage and finish_reason
-    (`remote_calls`, in the order sent), and `failed` (the reasons) when a request of the row
-    failed; {} in-graph."""
-    if stats is None:
-        return {}
-    out = {"remote": {k: int(stats.get(k, 0)) for k in COUNTERS}, "remote_calls": stats.get("calls", [])}
-    if stats.get("failed"):
-        out["failed"] = stats.get("errors") or ["request failed"]
-    return out
 
 
 def operator_counts(rows: list) -> dict:

@@ -29,6 +29,11 @@ a call of M samples on B prompts is B*M requests, each with its own seed.
 Rows that are not real calls (`live` False: a tournament batch's unused slots) send
 nothing and come back empty. Failed requests come back empty as well; they are counted
 per problem (`RemoteHost.take_stats`), and evaluation marks those rows failed.
+
+`RemoteLM` implements the declared LM seam (`operators.lm_protocol.LanguageModel`): its
+`check` refuses at setup what a server cannot be asked for (a forced end of thinking, a
+top-k or temperature the endpoint takes no field for, the in-graph decoder's cost options),
+and `stats` turns each batch's counters into results-row fields (`row_fields`).
 """
 
 from __future__ import annotations
@@ -47,12 +52,17 @@ import numpy as np
 from prd_jax.backends.client import Client
 from prd_jax.backends.config import BackendConfig
 from prd_jax.backends.endpoints import rating_fields, sampling_fields, usage_counts
-from prd_jax.sampling import SampleOutput
+from prd_jax.operators.lm_protocol import BatchStats, forced_thinking
+from prd_jax.sampling import SampleOutput, Sampling
 
 ASSISTANT_MARK = "\u241e"  # where a chat-mode prompt's assistant turn starts (ChatWireTokenizer)
 MISSING_LOGIT = -1e9
 COUNTERS = ("requests", "cached", "failed", "empty", "length", "malformed", "retries", "truncated_locally",
             "rating_unavailable", "rating_written", "completion_tokens", "reasoning_tokens")
+# `config.sampling` options that shape the in-graph decoder's batches and caches (they change
+# no row's tokens there); a server schedules its own decoding, so they must stay at their defaults
+IN_GRAPH_SAMPLING = ("max_rows", "compact_min_rows", "compact_ratio", "prefill_groups", "cache_window",
+                     "decode_layers")
 
 
 class ChatWireTokenizer:
@@ -331,6 +341,16 @@ class RemoteHost:
         return ids[0] if len(ids) == 1 else None
 
 
+def row_fields(stats: dict) -> dict:
+    """A results row's remote outcome from its problem's `RemoteHost.take_stats` entry: the
+    counters, every request's usage and finish_reason (`remote_calls`, in the order sent),
+    and `failed` (the reasons) when a request of the row failed."""
+    out = {"remote": {k: int(stats.get(k, 0)) for k in COUNTERS}, "remote_calls": stats.get("calls", [])}
+    if stats.get("failed"):
+        out["failed"] = stats.get("errors") or ["request failed"]
+    return out
+
+
 def _token_ids(choice: dict) -> Optional[list]:
     """Generated token ids of a completions choice, when the server returned them."""
     if isinstance(choice.get("token_ids"), list):
@@ -368,3 +388,53 @@ class RemoteLM:
         fn = functools.partial(self.host.next_logits, name=name)
         return jax.pure_callback(fn, jax.ShapeDtypeStruct((b, self.host.vocab), jnp.float32), prompts, lengths,
                                  live)
+
+    # The host side of the seam (`operators.lm_protocol.LanguageModel`).
+
+    def check(self, specs, run_sampling: Sampling) -> None:
+        """Refuse, one line naming the field, what the endpoint cannot be asked for: a forced
+        end of thinking (`think_budget`, `kappa_think`: the server decodes each call whole), a
+        top-k or temperature / top-p the endpoint has no field for (`endpoints.ENDPOINTS`),
+        and the in-graph decoder's cost options (`IN_GRAPH_SAMPLING`)."""
+        e, s = self.host.endpoint, run_sampling
+        for i, spec in enumerate(specs):
+            for field, value in forced_thinking(spec, f"config.operators[{i}]"):
+                raise ValueError(f"{field}={value}: a remote LM cannot close a thinking block at a token budget "
+                                 "(the server decodes each call whole); allowed: 0 (a server-side budget is "
+                                 f"config.backend.thinking_budget or reasoning_effort, where endpoint {e.name!r} "
+                                 "takes one)")
+        if s.top_k and s.temperature and not e.top_k:
+            raise ValueError(f"config.sampling.top_k={s.top_k}: endpoint {e.name!r} takes no top-k; allowed: 0 (off)")
+        if not e.sampling and (s.temperature, s.top_p) != (1.0, 1.0):
+            raise ValueError(f"config.sampling.temperature={s.temperature}, top_p={s.top_p}: endpoint {e.name!r} "
+                             "takes no temperature / top-p (its models sample at 1.0, 1.0); allowed: "
+                             "temperature=1.0, top_p=1.0")
+        default = Sampling()
+        for name in IN_GRAPH_SAMPLING:
+            if getattr(s, name) != getattr(default, name):
+                raise ValueError(f"config.sampling.{name}={getattr(s, name)!r} shapes the in-graph decoder; a remote "
+                                 f"server schedules its own decoding: allowed: {getattr(default, name)!r} "
+                                 "(config.backend.max_concurrency bounds the requests in flight)")
+
+    def begin(self, problems: int) -> None:
+        """An operator batch over `problems` problems starts (`RemoteHost.begin`)."""
+        self.host.begin(problems)
+
+    def stats(self) -> BatchStats:
+        """Each problem's results-row fields (`row_fields`) and the batch's request count.
+        Raises `client.RefusedParameter` when the endpoint kept refusing a parameter."""
+        per = self.host.take_stats()
+        return BatchStats({i: row_fields(per.get(i, {})) for i in range(self.host.problems)},
+                          {"requests": int(sum(s["requests"] for s in per.values()))})
+
+    def close(self) -> None:
+        """Release the client's connections."""
+        self.host.client.close()
+
+    def served(self, local: str) -> str:
+        """The served model's name (`config.backend.model`), whatever the local name."""
+        return self.host.backend.model
+
+    def via(self) -> str:
+        """The API root and the endpoint kind, e.g. "http://127.0.0.1:8000/v1 (vllm)"."""
+        return f"{self.host.backend.base_url} ({self.host.endpoint.name})"

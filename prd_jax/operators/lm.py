@@ -1,7 +1,9 @@
 """The model as operators see it: a pytree with pure, jittable call methods.
 
-`ModelLM` wraps our decoder and sampler. Tests substitute a scripted fake with the same
-two methods, so budgets can be checked against hand-computed token counts.
+`ModelLM` wraps our decoder and sampler; it implements the declared LM seam
+(`operators.lm_protocol.LanguageModel`), its host-side methods no-ops. Tests substitute a
+scripted fake with the two call methods (`OperatorLM`), so budgets can be checked against
+hand-computed token counts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from jax.sharding import Mesh
 
 from prd_jax import sampling
 from prd_jax.model.config import ModelConfig
+from prd_jax.operators.lm_protocol import NO_STATS, BatchStats
 
 
 @flax.struct.dataclass
@@ -45,6 +48,30 @@ class ModelLM:
         most `max_rows` rows (the forced-rating read of V1 judges runs over every judge row)."""
         check_context(self.cfg, name, prompts.shape[1], 0)
         return sampling.next_logits(self.cfg, self.params, prompts, lengths, max_rows=self.max_rows, mesh=self.mesh)
+
+    # The host side of the seam (`LanguageModel`): the in-graph decoder honours every spec and
+    # sampling field, keeps no per-batch counts and holds nothing open.
+
+    def check(self, specs, run_sampling: sampling.Sampling) -> None:
+        """Nothing to refuse: every spec and sampling field is the in-graph decoder's own
+        (a call past the context is refused at trace time, `check_context`)."""
+
+    def begin(self, problems: int) -> None:
+        """No per-batch state in-graph."""
+
+    def stats(self) -> BatchStats:
+        """No per-row fields or counters in-graph (`NO_STATS`)."""
+        return NO_STATS
+
+    def close(self) -> None:
+        """Nothing held open."""
+
+    def served(self, local: str) -> str:
+        """These are `local`'s weights (the checkpoint or `config.model`)."""
+        return local
+
+    def via(self) -> str:
+        return ""
 
 
 def check_context(cfg: ModelConfig, name: str, prompt_width: int, max_new_tokens: int) -> None:
