@@ -19,6 +19,9 @@ import pytest
 
 from prd_jax import evaluate as evaluate_module
 from prd_jax import fileio, results
+from prd_jax.backends.client import Answer
+from prd_jax.backends.config import BackendConfig
+from prd_jax.backends.remote_lm import RemoteHost, RemoteLM
 from prd_jax.data.synthetic import CharVocab
 from prd_jax.operators.best_of_n import BestOfN
 from prd_jax.operators.budget import CallLog, group
@@ -220,8 +223,6 @@ class RuleEndpoint:
     a draft's answer being its request seed mod 10; bills prompt and answer."""
 
     def post_many(self, path, bodies, check, tags=None):
-        from prd_jax.backends.client import Answer
-
         out = []
         for body, tag in zip(bodies, tags):
             name, seed = tag.rsplit(":", 1)
@@ -243,9 +244,6 @@ class RuleEndpoint:
         judge=Judge(**JUDGE)),
     BestOfN(4, "pairwise_v1", 8, 8, 4, Judge(budget_multiple=2, **JUDGE))], ids=["pdr_self_pointwise", "pairwise_v1"])
 def test_remote_lm_call_log_holds_the_parsed_ratings(spec):
-    from prd_jax.backends.config import BackendConfig
-    from prd_jax.backends.remote_lm import RemoteHost, RemoteLM
-
     backend = BackendConfig.from_config(dict(kind="openai", base_url="http://127.0.0.1:9/v1", model="m",
                                              api="completions", api_key_env=""))
     host = RemoteHost(backend, TOK, RuleEndpoint())
