@@ -68,7 +68,13 @@ class Job:
     def _push(self, index: int, update: Update) -> None:
         if self.first is None and update.ids:
             self.first = time.monotonic()
-        self.loop.call_soon_threadsafe(self.updates.put_nowait, (index, update))
+        self._post((index, update))
+
+    def _post(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.updates.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (the server stopped): nobody is listening
+            pass
 
     def submit(self, engine: Engine) -> None:
         self.futures = engine.submit(self.rows)
@@ -77,7 +83,7 @@ class Job:
 
     def _ended(self, index: int, future) -> None:
         if future.cancelled() or future.exception() is not None:
-            self.loop.call_soon_threadsafe(self.updates.put_nowait, (index, None))
+            self._post((index, None))
 
     def cancel(self) -> None:
         Engine.cancel(self.rows)
