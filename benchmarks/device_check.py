@@ -106,7 +106,8 @@ DRY = Plan(greedy_rows=2, greedy_tokens=8, batches=(2, 4), new_tokens=4, repeats
 
 def report(stage: str, **fields) -> dict:
     """Print one stage's machine-readable line; returns it."""
-    record = {"stage": stage, **fields, "elapsed_s": round(time.perf_counter() - START, 1)}
+    record = {"stage": stage, **fields, "elapsed_s": round(time.perf_counter() - START, 1),
+              "cpu_s": round(time.process_time(), 1)}
     print(f"{TAG} {json.dumps(record)}", flush=True)
     return record
 

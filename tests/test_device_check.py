@@ -29,6 +29,15 @@ def test_script_parses():
     assert subprocess.run(["bash", "-n", SCRIPT], capture_output=True).returncode == 0
 
 
+def test_script_rejects_bad_wheel_folders(tmp_path):
+    for args, message in ((["--wheels", str(tmp_path / "absent")], "is not a folder"),
+                          (["--wheels", str(tmp_path)], "no .whl files in"),
+                          (["--wheels"], "--wheels needs a folder"),
+                          (["--fetch-wheels"], "--fetch-wheels needs a folder")):
+        proc = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+
+
 def test_decode_bytes_hand_count():
     cfg = device_check.TINY["smollm2-135m"].replace(dtype="bfloat16", param_dtype="bfloat16")
     # tiny llama: per layer 4*64*64 - 2*64*32 (GQA) + 3*64*128 + 2*64 = 36,992; x2 + 256*64 + 64.
