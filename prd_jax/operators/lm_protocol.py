@@ -108,5 +108,5 @@ def forced_thinking(spec, where: str) -> list:
         if f.name in FORCED_THINKING and value:
             out.append((f"{where}.{f.name}", value))
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            out += forced_thinking(value, f"{where}.{f.name}")
+            out += forced_thinking(value, where if f.name == "budget" else f"{where}.{f.name}")  # budget: written flat
     return out
