@@ -63,7 +63,9 @@ def test_eval_and_rollout_fields_reach_rlconfig_with_defaults():
     ("log_rollouts_every=-1", r"config\.rl\.log_rollouts_every=-1; must be >= 0"),
     ("log_rollouts=0", r"config\.rl\.log_rollouts=0; must be >= 1"),
     ("eval_operators=()", r"config\.rl\.eval_operators=\(\); must be None"),
-    ("eval_operators=({'type': 'long_cot', 'budget': 8},)", r"config\.rl\.eval_operators\[0\]: .*unknown fields \['budget'\]"),
+    ("eval_operators=({'type': 'long_cot', 'budget': 8},)",  # the budget is a CallBudget (max_new_tokens=8 flat)
+     r"config\.rl\.eval_operators\[0\]: LongCoT: budget=8; must be a CallBudget or a dict of its fields"),
+    ("eval_operators=({'type': 'long_cot', 'kappa': 8},)", r"config\.rl\.eval_operators\[0\]: .*unknown fields \['kappa'\]"),
     ("eval_operators=({'max_new_tokens': 8},)", r"config\.rl\.eval_operators\[0\]: operator type None; allowed"),
     ("eval_operators=({'type': 'long_cot'}, {'type': 'long_cot', 'max_new_tokens': 8})",
      r"share the name\(s\) \['long_cot'\]; give each a distinct `name`"),
