@@ -33,6 +33,7 @@ from typing import Callable, List, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from prd_jax.model.decode import decode_weights, ring_windows
 from prd_jax.sampling import bucket, length_bucket
@@ -221,6 +222,11 @@ class Engine:
         return jax.eval_shape(lambda: S.empty_pool(self.cfg, self.max_rows, width, self.cfg.vocab_size,
                                                    self.stop_width))
 
+    def _compile(self, jitted, *specs):
+        """`jitted` compiled ahead for `specs` on one device; on a mesh, jitted as is (it compiles
+        at its first call, for the shardings its arguments carry)."""
+        return jitted if self.mesh is not None else jitted.lower(*specs).compile()
+
     def _program(self, key: tuple, build):
         if key not in self._programs:
             log.info("sampler: compiling %s (compilation #%d)", key, len(self._programs) + 1)
@@ -229,9 +235,9 @@ class Engine:
 
     def _prefill(self, width: int):
         cfg = self.cfg
-        return self._program(("prefill", width), lambda: jax.jit(
-            lambda params, p, n: S.prefill_row(cfg, params, p, n, width)).lower(
-            self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32)).compile())
+        return self._program(("prefill", width), lambda: self._compile(jax.jit(
+            lambda params, p, n: S.prefill_row(cfg, params, p, n, width)),
+            self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32)))
 
     def _insert(self, prompt_width: int, width: int):
         cfg = self.cfg
@@ -246,25 +252,25 @@ class Engine:
                              jax.ShapeDtypeStruct((1, prompt_width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
         fields = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in self._abstract_pool(width).items()
                   if k in S.ROW_FIELDS}
-        return self._program(("insert", prompt_width, width), lambda: jax.jit(fn, donate_argnums=0).lower(
+        return self._program(("insert", prompt_width, width), lambda: self._compile(jax.jit(fn, donate_argnums=0),
             self._abstract_pool(width), jax.ShapeDtypeStruct((), jnp.int32), one[0], one[1],
-            jax.eval_shape(lambda: jax.random.key(0)), fields).compile())
+            jax.eval_shape(lambda: jax.random.key(0)), fields))
 
     def _resize(self, old: int, new: int):
         cfg = self.cfg
-        return self._program(("resize", old, new), lambda: jax.jit(
-            lambda pool: S.resize(cfg, pool, new)).lower(self._abstract_pool(old)).compile())
+        return self._program(("resize", old, new), lambda: self._compile(jax.jit(
+            lambda pool: S.resize(cfg, pool, new)), self._abstract_pool(old)))
 
     def _decode(self, width: int, filtered: bool, top: bool = False):
         fn = functools.partial(S.decode_chunk, self.cfg, steps=self.steps, pad_id=self.tok.pad_id,
                                filtered=filtered, top=S.MAX_TOP if top else 0, mesh=self.mesh)
         key = ("decode", width, filtered) + (("top",) if top else ())
-        return self._program(key, lambda: jax.jit(fn, donate_argnums=1).lower(
-            self._weights, self._abstract_pool(width)).compile())
+        return self._program(key, lambda: self._compile(jax.jit(fn, donate_argnums=1),
+            self._weights, self._abstract_pool(width)))
 
     def _release(self):
         spec = jax.ShapeDtypeStruct((self.max_rows,), bool)
-        return self._program(("release",), lambda: jax.jit(S.release).lower(spec, spec).compile())
+        return self._program(("release",), lambda: self._compile(jax.jit(S.release), spec, spec))
 
     # -- the decode thread --------------------------------------------------------------
 
@@ -272,8 +278,9 @@ class Engine:
         try:  # the first programs (and the warm-up grid) compile before /health says ready
             self._weights = jax.jit(functools.partial(decode_weights, self.cfg, mesh=self.mesh))(self.params)
             self._width = MIN_WIDTH if self.context >= MIN_WIDTH else self.context
+            placed = {} if self.mesh is None else {"out_shardings": NamedSharding(self.mesh, PartitionSpec())}
             self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size,
-                                                      self.stop_width))()
+                                                      self.stop_width), **placed)()
             self._warm_up()
             self.ready.set()
         except BaseException as e:  # reported by /health
