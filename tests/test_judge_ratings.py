@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from prd_jax import evaluate as evaluate_module
-from prd_jax import fileio, results
+from prd_jax import eval_setup, fileio, results
 from prd_jax.backends.client import Answer
 from prd_jax.backends.config import BackendConfig
 from prd_jax.backends.remote_lm import RemoteHost, RemoteLM
@@ -26,6 +26,7 @@ from prd_jax.data.synthetic import CharVocab
 from prd_jax.operators.best_of_n import BestOfN
 from prd_jax.operators.budget import CallLog, group
 from prd_jax.operators.judges import TAGS, RatingParser
+from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.pdr import PDR
 from prd_jax.operators.runner import encode_problems, make_context, run_operator
 from prd_jax.operators.specs import Judge, Sampling
@@ -79,8 +80,9 @@ def _rows(prompts, lengths, texts_of, n):
 
 
 @flax.struct.dataclass
-class RuleLM:
-    """In-graph fake: sample j of a draft call answers `@j@` (`completion`)."""
+class RuleLM(ModelLM):
+    """In-graph fake (the decoder's host side, its model calls replaced): sample j of a draft
+    call answers `@j@` (`completion`)."""
 
     def generate(self, prompts, lengths, keys, scfg, fanout=True, name="", live=None):
         m, n = scfg.num_samples, scfg.max_new_tokens
@@ -171,7 +173,7 @@ def test_eval_rows_carry_the_ratings_parsed_from_each_judge_completion(tmp_path,
            dict(type="adaptive_pdr", waves=2, min_fanout=2, max_fanout=2, tau=1.0, k=2, signal="v1_mu",
                 max_new_tokens=8, candidate_max_tokens=8, truncation_head=4, judge=JUDGE)]
     config, model, rows = tiny_eval(ops)
-    monkeypatch.setattr(evaluate_module, "ModelLM", lambda *args, **kw: RuleLM())
+    monkeypatch.setattr(eval_setup, "ModelLM", RuleLM)  # the in-graph LM eval opens
     LOG.clear()
     workdir = str(tmp_path / "ev")
     evaluate_module.evaluate(config, workdir, model=model, rows=rows, progress=False)
