@@ -24,13 +24,13 @@ def is_uri(path) -> bool:
 
 
 def _gfile():
-    from prd_jax.data._tf import tf  # keeps TensorFlow off the GPUs
+    from prd_jax.data.tf_cpu import tf  # keeps TensorFlow off the GPUs
 
     return tf.io.gfile
 
 
 def _not_found():
-    from prd_jax.data._tf import tf
+    from prd_jax.data.tf_cpu import tf
 
     return tf.errors.NotFoundError
 

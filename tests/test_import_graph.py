@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "prd_jax"
 # which runs in the grading worker process and is imported in-process only by its fallback.
 LAZY_OK = ("tensorflow", "tensorflow_datasets", "seqio", "clu", "torch", "transformers", "etils",
            "prd_jax.data.seqio_tasks", "prd_jax.data.tfds_builders", "prd_jax.data.vocab", "prd_jax.data.seqio_rows",
-           "prd_jax.data._tf", "math_verify", "pyarrow",
+           "prd_jax.data.tf_cpu", "math_verify", "pyarrow",
            "wandb")  # wandb: ~1.5 s to import, paid only by runs with "wandb" in config.loggers (prd_jax.tracking)
 # The command line imports each command's modules in its handler, so `prd-jax --help` starts
 # without jax (issue 35 §6; tests/test_cli.py checks sys.modules).
@@ -153,9 +153,6 @@ def test_function_local_imports_only_keep_tensorflow_or_torch_out():
 KNOWN_PRIVATE_IMPORTS = {
     # serve chooses tokens with sampling's private helper; §3's one per-row token chooser replaces it
     ("prd_jax.serve.slots", "prd_jax.sampling._chosen_logprob"),
-    # fileio's TF-backed URI ops import the data room's TF loader (`data._tf` keeps TF off the
-    # accelerators); to be made a public name of the data room or moved beside fileio
-    ("prd_jax.fileio", "prd_jax.data._tf.tf"),
 }
 
 
@@ -171,7 +168,7 @@ def _resolve(node, module: str) -> str:
 
 def private_imports(module: str, tree) -> list:
     """(name, line) of every private `prd_jax` name `module` takes from another room: `from M
-    import _x`, a private module on the path (`prd_jax.data._tf`), or `m._x` on an imported
+    import _x`, a private module on the path (`prd_jax.data._loader`), or `m._x` on an imported
     module `m`. Every import statement counts, function-local ones too."""
     out, aliases = [], {}
     for node in ast.walk(tree):
@@ -204,10 +201,10 @@ def test_private_imports_on_hand_sources():
     MODULES.setdefault("prd_jax.fake_room.mod", PACKAGE / "fake_room" / "mod.py")  # resolved by name only
     try:
         src = ("from prd_jax.sampling import _chosen, public\nfrom prd_jax import sampling as s\n"
-               "from prd_jax.fake_room import _sibling\ndef f():\n    from prd_jax.data._tf import tf\n"
+               "from prd_jax.fake_room import _sibling\ndef f():\n    from prd_jax.data._loader import tf\n"
                "    return s._hidden, s.shown\n")
         found = sorted(private_imports("prd_jax.fake_room.mod", ast.parse(src)))
-        assert found == [("prd_jax.data._tf.tf", 5), ("prd_jax.sampling._chosen", 1), ("prd_jax.sampling._hidden", 6)]
+        assert found == [("prd_jax.data._loader.tf", 5), ("prd_jax.sampling._chosen", 1), ("prd_jax.sampling._hidden", 6)]
         assert private_imports("prd_jax.sampling", ast.parse("from prd_jax.sampling import _x\n")) == []
     finally:
         del MODULES["prd_jax.fake_room.mod"]

@@ -251,7 +251,7 @@ def render_example(tokenizer: Any, messages_or_prompt: Union[str, Sequence[Mappi
 @functools.cache
 def builder_class() -> tuple[type, type]:
     """(ChatTracesConfig, PrdChatTraces): the TFDS config and builder classes, made on first use."""
-    importlib.import_module("prd_jax.data._tf")  # hides GPUs from TF before TFDS loads it
+    importlib.import_module("prd_jax.data.tf_cpu")  # hides GPUs from TF before TFDS loads it
     import tensorflow_datasets as tfds
     from etils import epath
 
@@ -379,7 +379,7 @@ def register_chat_task(name: str, data_dir: str | os.PathLike, vocabulary: Any, 
     """
     import seqio
 
-    from prd_jax.data._tf import tf
+    from prd_jax.data.tf_cpu import tf
 
     vocab, tokenizer = _as_vocabulary(vocabulary)
     builder = get_builder(name, data_dir, tfds_dir, validation_fraction, holdout_seed)

@@ -462,7 +462,7 @@ def register_synthetic_task(name: str, vocabulary: Any, splits: Mapping[str, tup
     modulus = _check_modulus(_check_family(family), modulus)
 
     import seqio
-    from prd_jax.data._tf import tf
+    from prd_jax.data.tf_cpu import tf
 
     cache: dict[str, dict] = {}
 
@@ -551,7 +551,7 @@ def _register_rows_task(name: str, splits: tuple, make_rows: Callable[[], dict[s
     """Register (or replace) a source-only seqio task whose `splits` hold the rows of
     `make_rows()` (computed once, on first read): text and int columns, no preprocessors."""
     import seqio
-    from prd_jax.data._tf import tf
+    from prd_jax.data.tf_cpu import tf
 
     cache: dict[str, dict[str, list[dict]]] = {}
 

@@ -37,7 +37,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from prd_jax.data import jsonl, paths
-from prd_jax.data._tf import tf
+from prd_jax.data.tf_cpu import tf
 
 __all__ = ["JsonlBuilder", "builder_class", "prepared_dir", "get_builder", "download_config", "prepare", "build"]
 

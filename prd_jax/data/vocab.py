@@ -30,7 +30,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import seqio
 
-from prd_jax.data._tf import tf
+from prd_jax.data.tf_cpu import tf
 
 __all__ = ["HFVocabulary"]
 
