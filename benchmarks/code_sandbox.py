@@ -48,7 +48,7 @@ def main() -> int:
     rate = {k: len(items) / v for k, v in timings.items()}
     ratio = rate["parallel"] / rate["sequential"]
     print(f"isolation: {mode}; {len(items)} HumanEval canonical programs, {os.cpu_count()} CPUs")
-    print(f"| path | workers | seconds | programs/s |\n|---|---|---|---|")
+    print("| path | workers | seconds | programs/s |\n|---|---|---|---|")
     print(f"| evaluate_many | {workers} | {timings['parallel']:.1f} | {rate['parallel']:.2f} |")
     print(f"| one after another (reference) | 1 | {timings['sequential']:.1f} | {rate['sequential']:.2f} |")
     print(f"ratio (parallel / sequential): {ratio:.2f}x")

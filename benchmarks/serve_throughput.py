@@ -51,7 +51,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess

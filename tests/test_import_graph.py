@@ -148,14 +148,6 @@ def test_function_local_imports_only_keep_tensorflow_or_torch_out():
     assert not bad, "function-local imports that could be at module level:\n" + "\n".join(sorted(bad))
 
 
-# Private names imported across rooms that are known and being removed in other changes of
-# issue 49; the integrator empties this list once those land (a new entry needs a reason).
-KNOWN_PRIVATE_IMPORTS = {
-    # serve chooses tokens with sampling's private helper; §3's one per-row token chooser replaces it
-    ("prd_jax.serve.slots", "prd_jax.sampling._chosen_logprob"),
-}
-
-
 def _resolve(node, module: str) -> str:
     base = node.module or ""
     if node.level:
@@ -212,8 +204,7 @@ def test_private_imports_on_hand_sources():
 
 def test_no_private_name_crosses_rooms():
     found = {(m, name): line for m, path in MODULES.items() for name, line in private_imports(m, ast.parse(path.read_text()))}
-    bad = [f"{m}:{line} imports {name} (room {room(name)})" for (m, name), line in sorted(found.items())
-           if (m, name) not in KNOWN_PRIVATE_IMPORTS]
+    bad = [f"{m}:{line} imports {name} (room {room(name)})" for (m, name), line in sorted(found.items())]
     assert not bad, "private names imported across rooms (make them public or move them):\n" + "\n".join(bad)
 
 

@@ -12,7 +12,7 @@ import pytest
 from prd_jax.rewards import code as C
 from prd_jax.tasks import TASKS, Task, get_task, register_task, task_for_config
 from prd_jax.tasks.grading import TaskGrader, TaskGrouper
-from prd_jax.tasks.humaneval import CodeTask, extract_program, normalize_program
+from prd_jax.tasks.humaneval import extract_program, normalize_program
 from tests.fakes import CharTokenizer
 
 TOK = CharTokenizer()

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import seqio
 
-from prd_jax.data import paths, tfds_builders
+from prd_jax.data import tfds_builders
 from prd_jax.data.tf_cpu import tf
 
 __all__ = ["PromptTemplate", "ManualTfdsDataSource", "problem_to_text", "register_rows_task",

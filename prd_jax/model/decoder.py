@@ -26,9 +26,6 @@ from jax.sharding import Mesh
 
 from prd_jax.model.attention import SAVED_NAMES, causal_block_attention, prefill_attention, sink_attention
 from prd_jax.model.config import ModelConfig
-# re-exported for prd_jax.sampling until it imports model.decode
-from prd_jax.model.decode import (CACHE_AXES, DECODE_CACHE_AXES, decode_cache, decode_step_groups,  # noqa: F401
-                                  decode_weights, grow_decode_cache, init_cache, ring_windows)
 from prd_jax.model.decode import KVCache
 from prd_jax.model.layers import constrain as _constrain, decoder_layer, embed_tokens, rms_norm, rope_tables
 from prd_jax.model.moe import MoEParams, load_balancing_loss

@@ -7,7 +7,7 @@ of the batch.
 
 Decode (`SamplingConfig.decode_layers`): "unrolled" (default) runs the loop body over
 per-layer weights sliced once per call, with fused q/k/v and gate/up matmuls and per-layer
-caches updated in place (`decoder.decode_step`); "scan" is the stacked `nn.scan` forward,
+caches updated in place (`model.decode.decode_step`); "scan" is the stacked `nn.scan` forward,
 which dynamic-slices every layer's weights and cache on every step (kept for comparison).
 With `compact_min_rows`, the decode batch shrinks (by `compact_ratio`, half by default)
 whenever few enough rows are live (`compact_rows`): same tokens per row. With
@@ -25,8 +25,9 @@ from jax.sharding import Mesh
 
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import (DECODE_CACHE_AXES, decode_cache, decode_step_groups, decode_weights, forward,
-                                   grow_decode_cache, ring_windows)
+from prd_jax.model.decode import (DECODE_CACHE_AXES, decode_cache, decode_step_groups, decode_weights,
+                                  grow_decode_cache, ring_windows)
+from prd_jax.model.decoder import forward
 from prd_jax.sampling.buckets import cache_windows, compaction_sizes, row_chunks, split_rows
 from prd_jax.sampling.choose import chosen_logprob, choose_tokens, force_think_end
 from prd_jax.sampling.prefill import fan_out, repeat_rows, sampler_prefill
@@ -164,7 +165,7 @@ def _decode_unrolled(cfg: ModelConfig, weights, groups: tuple, start: Array, wid
     Prompt groups: `groups` holds one set of per-layer caches per contiguous, equal block of
     rows, block g's prompts left-padded to `widths[g]` slots (`SamplingConfig.prompt_groups`;
     one group of the bucket's width otherwise). Group g writes slot `widths[g] + t` at step t
-    and attends over its own slots only (`decoder.decode_step_groups`); compaction keeps each
+    and attends over its own slots only (`decode.decode_step_groups`); compaction keeps each
     group's rows in its block, as it keeps a shard's.
 
     With `gens` longer than one (`SamplingConfig.cache_window`), the first phase runs as

@@ -13,7 +13,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from prd_jax.mesh import batch_size_multiple, named_sharding
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import CACHE_AXES, KVCache, forward, init_cache
+from prd_jax.model.decode import CACHE_AXES, KVCache, init_cache
+from prd_jax.model.decoder import forward
 from prd_jax.sampling.buckets import row_chunks, split_rows
 from prd_jax.sampling.settings import SamplingConfig
 

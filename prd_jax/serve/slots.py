@@ -2,7 +2,7 @@
 between short decode chunks (issue 32 §5: "finished rows leave early").
 
 The pool holds `S` slots. A slot is one row: its per-layer decode caches
-(`decoder.decode_cache` layout, `W` cache slots), its next-token logits, its key and where it
+(`decode.decode_cache` layout, `W` cache slots), its next-token logits, its key and where it
 stands: `index` (the cache slot its next token is written to), `start` (its first valid cache
 slot: 0 once `shift_row` has moved its prompt of n tokens to slots 0 .. n-1; P-n when a
 prompt prefilled at width P keeps slots P-n .. P-1), `count` (tokens
@@ -11,7 +11,7 @@ stop ids `stops` (padded with -1: the tokenizer's unless `ignore_eos`, plus `sto
 and `min_tokens` (its stop ids are masked out of its logits until it has generated that many).
 
 - `decode_chunk` runs up to `steps` decode steps of all slots at once, every row writing at
-  its own `index` (`decoder.decode_step_groups` with a per-row write slot). A row stops when it
+  its own `index` (`decode.decode_step_groups` with a per-row write slot). A row stops when it
   emits a stop id or reaches its limit; its slot is free at the chunk's end, and a waiting
   request takes it before the next chunk. So a call never waits for the longest row of a
   batch, and the batch stays full while requests wait.
@@ -21,7 +21,7 @@ and `min_tokens` (its stop ids are masked out of its logits until it has generat
 - `W` is a cache-width bucket covering what the live rows reach in the next chunk
   (`resize`: zero slots are masked, so padding changes no logit), so a step reads the slots
   the rows need, not the whole context. Sliding-window layers keep rings
-  (`decoder.ring_windows`).
+  (`decode.ring_windows`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decoder import decode_cache, decode_step_groups, grow_decode_cache, init_cache, ring_windows
+from prd_jax.model.decode import decode_cache, decode_step_groups, grow_decode_cache, init_cache, ring_windows
 from prd_jax.sampling import RowSampling, choose_rows, chosen_logprob, prefill
 
 Array = jax.Array
