@@ -3,6 +3,7 @@ the in-process sampler call of `rollout_throughput.py`, same requests, same run.
 
     python benchmarks/serve_throughput.py [--requests 256] [--max-new-tokens 256] [--concurrency 32]
         [--max-batch-rows 32] [--decode-chunk 8] [--prompt-buckets auto] [--batch-wait-ms 5] [--port 0]
+    python benchmarks/serve_throughput.py --peer transformers [--peer-model-dir DIR] [--peer-warmup 2] ...
 
 Workload: the first `--requests` GSM8K test problems (read with `prd_jax.data.jsonl`, so
 `PRD_DATA_DIR` applies) as one-message SmolLM2-135M-Instruct chats, temperature 1, at most
@@ -37,6 +38,17 @@ while one in-process call over all requests decodes them all at once. On a CPU h
 step's cost grows far slower than its rows, so the all-rows call's rate measures the larger
 batch, not what serving costs. `--inprocess-all-rows` also times that call (`ratio_all_rows`
 in the JSON), so both comparisons come from the same run.
+
+Peer (`--peer transformers`, issue 46 §3), instead of the in-process call: the same requests,
+greedy (temperature 0) and streamed (`stream_options.include_usage`), against two servers in
+turn on 127.0.0.1: `transformers serve` with `--continuous-batching` (its paged cache and
+scheduler; CPU, fp32) serving the model as `prd-jax export` writes it (`--peer-model-dir`, else
+exported to a temporary folder), then `prd-jax serve` with the flags above. Each gets
+`--peer-warmup` untimed requests after `/health` (transformers builds its batching manager at the
+first request), then the timed pass. Per server: useful tokens (the usage chunk's
+`completion_tokens`) per wall second, time to first token (to the first chunk with text)
+and request latency p50 / p95. `ratio` = prd-jax / transformers tokens/s; `same_text` counts
+requests both answered with the same text. The last line's JSON holds both sides' figures.
 
 The last stdout line is one JSON object: `requests`, `serve_useful_tokens_per_s`,
 `inprocess_useful_tokens_per_s`, `ratio`, then wall seconds, server flags, latencies,
@@ -74,6 +86,7 @@ MODEL = "smollm2-135m"
 INPROCESS_OPTIONS = dict(compact_min_rows=8, compact_ratio=0.5, max_rows=0, prefill_groups=32, cache_window=32,
                          prompt_groups=2)
 COMPILE_LINE = "sampler: compiling"
+PEER_CB_LINE = "CB: True"  # transformers serve logs "[Request received] Model: ..., CB: True" when it batches
 
 
 def gsm8k_messages(n: int) -> list:
@@ -121,11 +134,16 @@ def tail(log_path: str, lines: int = 30) -> str:
         return "".join(f.readlines()[-lines:])
 
 
-def start_server(args, port: int, log_file) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "prd_jax.cli", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
+def serve_command(args, port: int) -> list:
+    """`prd-jax serve --model MODEL` on 127.0.0.1:`port` with the benchmark's server flags."""
+    return [sys.executable, "-m", "prd_jax.cli", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
            "--max-batch-rows", str(args.max_batch_rows), "--batch-wait-ms", str(args.batch_wait_ms),
            "--decode-chunk", str(args.decode_chunk), "--prompt-buckets", args.prompt_buckets,
            "--warmup-max-tokens", str(args.max_new_tokens), "--verbose"]
+
+
+def start_server(args, port: int, log_file) -> subprocess.Popen:
+    cmd = serve_command(args, port)
     env = dict(os.environ, JAX_PLATFORMS=os.environ["JAX_PLATFORMS"], PYTHONUNBUFFERED="1")
     return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
 
@@ -144,11 +162,11 @@ def wait_healthy(proc: subprocess.Popen, base: str, log_path: str, timeout_s: fl
     raise RuntimeError(f"the server was not healthy after {timeout_s:.0f} s:\n{tail(log_path)}")
 
 
-def stop_server(proc: subprocess.Popen) -> None:
+def stop_server(proc: subprocess.Popen, timeout_s: float = 90) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=90)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -257,7 +275,198 @@ def run_inprocess(args, messages: list, max_rows: int) -> dict:
     return {"wall_s": seconds, "lengths": lengths, "prompt_tokens": [len(p) for p in prompt_ids]}
 
 
-def main():
+def peer_command(hf_dir: str, port: int) -> list:
+    """`transformers serve DIR` on loopback, the CPU, fp32, continuous batching on (its paged
+    cache and scheduler), the model preloaded and pinned."""
+    return [sys.executable, "-m", "transformers.cli.transformers", "serve", hf_dir, "--continuous-batching",
+            "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32",
+            "--log-level", "warning"]
+
+
+def stream_request(client, model: str, messages: list, max_new: int) -> dict:
+    """One greedy streamed chat request: its completion and prompt tokens (the usage chunk), finish
+    reason, text, time to its first content chunk and to its last chunk (seconds from sending)."""
+    t = time.perf_counter()
+    ttft, text, finish, usage = None, [], None, None
+    stream = client.chat.completions.create(model=model, messages=messages, max_tokens=max_new, temperature=0.0,
+                                            stream=True, stream_options={"include_usage": True})
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.delta is not None and choice.delta.content:
+                if ttft is None:
+                    ttft = time.perf_counter() - t
+                text.append(choice.delta.content)
+            finish = choice.finish_reason or finish
+        usage = chunk.usage or usage
+    latency = time.perf_counter() - t
+    if usage is None:
+        raise RuntimeError("the stream ended without a usage chunk")
+    return {"tokens": usage.completion_tokens, "prompt_tokens": usage.prompt_tokens, "finish": finish,
+            "text": "".join(text), "ttft": latency if ttft is None else ttft, "latency": latency}
+
+
+def stream_pass(base: str, model: str, messages: list, max_new: int, concurrency: int, timeout_s: float) -> tuple:
+    """(wall seconds, per-request `stream_request` results) of one pass: `concurrency` threads,
+    each with its own `openai.OpenAI` client (no retries), take the requests in order."""
+    import openai
+
+    n = len(messages)
+    clients = [openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=timeout_s)
+               for _ in range(min(concurrency, n))]
+    results, errors = [None] * n, []
+    lock, order = threading.Lock(), iter(range(n))
+
+    def worker(client):
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None or errors:
+                return
+            try:
+                results[i] = stream_request(client, model, messages[i], max_new)
+            except Exception as e:  # reported after the pass; the other threads stop taking requests
+                errors.append((i, e))
+                return
+
+    threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    for c in clients:
+        c.close()
+    if errors:
+        i, e = errors[0]
+        raise RuntimeError(f"request {i} failed ({len(errors)} failures): {type(e).__name__}: {e}")
+    return wall, results
+
+
+def side_figures(wall_s: float, results: list, max_new: int) -> dict:
+    """One server's figures from a timed pass: useful tokens (the usage's completion tokens) per
+    wall second, time to first token and request latency p50 / p95, rows at the cap."""
+    tokens = np.asarray([r["tokens"] for r in results])
+    ttft = np.asarray([r["ttft"] for r in results])
+    latency = np.asarray([r["latency"] for r in results])
+    pct = lambda a, q: round(float(np.percentile(a, q)), 3)  # noqa: E731
+    return {"requests": len(results), "wall_s": round(wall_s, 2), "useful_tokens": int(tokens.sum()),
+            "useful_tokens_per_s": round(float(tokens.sum()) / wall_s, 2),
+            "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
+            "latency_p50_s": pct(latency, 50), "latency_p95_s": pct(latency, 95),
+            "rows_at_cap": int((tokens >= max_new).sum()), "finish_stop": sum(r["finish"] == "stop" for r in results)}
+
+
+def peer_comparison(prd: dict, peer: dict, prd_results: list, peer_results: list) -> dict:
+    """`ratio` = prd-jax serve's useful tokens/s over the peer's (above 1: prd-jax ahead);
+    `ttft_p50_ratio` the same for the median time to first token (below 1: prd-jax sooner);
+    `same_text` / `same_tokens` / `prompts_match`: how many requests the two answered alike."""
+    return {"ratio": round(prd["useful_tokens_per_s"] / peer["useful_tokens_per_s"], 3),
+            "ttft_p50_ratio": round(prd["ttft_p50_s"] / peer["ttft_p50_s"], 3) if peer["ttft_p50_s"] else None,
+            "same_text": sum(a["text"] == b["text"] for a, b in zip(prd_results, peer_results)),
+            "same_tokens": sum(a["tokens"] == b["tokens"] for a, b in zip(prd_results, peer_results)),
+            "prompts_match": sum(a["prompt_tokens"] == b["prompt_tokens"] for a, b in zip(prd_results, peer_results))}
+
+
+def peer_table(sides: dict) -> str:
+    """A markdown table of each side's figures (name -> `side_figures`)."""
+    lines = ["| server | requests | wall s | useful tokens | tokens/s | TTFT p50 s | TTFT p95 s | latency p50 s "
+             "| latency p95 s |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, f in sides.items():
+        lines.append(f"| {name} | {f['requests']} | {f['wall_s']:.1f} | {f['useful_tokens']} | "
+                     f"{f['useful_tokens_per_s']:.2f} | {f['ttft_p50_s']:.2f} | {f['ttft_p95_s']:.2f} | "
+                     f"{f['latency_p50_s']:.2f} | {f['latency_p95_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def served_side(name: str, cmd: list, port: int, env: dict, model: str, messages: list, args) -> tuple:
+    """Start one server (`cmd` listening on 127.0.0.1:`port`), wait for `/health`, send an untimed
+    warm-up round (`--peer-warmup` requests), time the streamed pass, stop it (SIGTERM).
+    Returns (`side_figures`, per-request results)."""
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.NamedTemporaryFile("w+", prefix=f"serve_peer_{name}_", suffix=".log", delete=False) as log_file:
+        log_path = log_file.name
+    try:
+        with open(log_path, "w") as log_file:
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            try:
+                wait_healthy(proc, base, log_path, args.startup_timeout)
+                ready_s = time.perf_counter() - t
+                warm = messages[:args.peer_warmup]
+                warm_s = stream_pass(base, model, warm, args.max_new_tokens, args.concurrency,
+                                     args.request_timeout)[0] if warm else 0.0
+                print(f"{name}: healthy after {ready_s:.1f} s, warm-up of {len(warm)} requests {warm_s:.1f} s",
+                      flush=True)
+                compiles0 = compiles(log_path)
+                wall, results = stream_pass(base, model, messages, args.max_new_tokens, args.concurrency,
+                                            args.request_timeout)
+                compiles_timed = len(compiles(log_path)) - len(compiles0)
+            except BaseException:
+                print(f"{name}: server log tail:\n{tail(log_path)}", flush=True)
+                raise
+            finally:
+                stop_server(proc, 30)
+        with open(log_path, errors="replace") as f:
+            log = f.read()
+    finally:
+        os.unlink(log_path)
+    figures = dict(side_figures(wall, results, args.max_new_tokens), ready_s=round(ready_s, 2),
+                   warmup_s=round(warm_s, 2), compiles_timed=compiles_timed,
+                   **({"continuous_batching": PEER_CB_LINE in log} if name == "transformers serve" else {}))
+    print(f"{name}: timed pass {wall:.1f} s, {figures['useful_tokens']} useful tokens, "
+          f"{figures['useful_tokens_per_s']:.2f} tokens/s, TTFT p50 / p95 {figures['ttft_p50_s']:.2f} / "
+          f"{figures['ttft_p95_s']:.2f} s, {figures['rows_at_cap']} rows at the cap", flush=True)
+    return figures, results
+
+
+def run_peer(args, messages: list) -> dict:
+    """The peer comparison: `transformers serve` on `prd-jax export`'s directory of the model
+    (`--peer-model-dir`, else exported to a temporary folder) and `prd-jax serve --model`, one
+    after the other, the same streamed greedy requests. Returns the JSON record's fields."""
+    with tempfile.TemporaryDirectory(prefix="serve_peer_") as tmp:
+        hf_dir = args.peer_model_dir
+        env = dict(os.environ, JAX_PLATFORMS=os.environ["JAX_PLATFORMS"], PYTHONUNBUFFERED="1",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        if not hf_dir:
+            hf_dir = os.path.join(tmp, "hf")
+            done = subprocess.run([sys.executable, "-m", "prd_jax.cli", "export", "--model", MODEL, "--out", hf_dir],
+                                  env=env, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"prd-jax export failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        sides, results = {}, {}
+        port = args.port or free_port()
+        sides["transformers serve"], results["peer"] = served_side(
+            "transformers serve", peer_command(hf_dir, port), port, dict(env, CUDA_VISIBLE_DEVICES=""), hf_dir,
+            messages, args)
+        port = args.port or free_port()
+        sides["prd-jax serve"], results["prd"] = served_side(
+            "prd-jax serve", serve_command(args, port), port, env, MODEL, messages, args)
+    print(peer_table(sides), flush=True)
+    comparison = peer_comparison(sides["prd-jax serve"], sides["transformers serve"], results["prd"], results["peer"])
+    print(f"prd-jax serve / transformers serve: {comparison['ratio']:.3f}x useful tokens/s, TTFT p50 "
+          f"{comparison['ttft_p50_ratio']}x; {comparison['same_text']} of {len(messages)} answers equal", flush=True)
+    if not sides["transformers serve"]["continuous_batching"]:
+        print(f"warning: transformers serve did not log {PEER_CB_LINE!r}: it may have decoded one request at a "
+              f"time", flush=True)
+    return {"peer": args.peer, "prd_serve": sides["prd-jax serve"], "peer_serve": sides["transformers serve"],
+            **comparison, "peer_flags": {"continuous_batching": True, "device": "cpu", "dtype": "float32"}}
+
+
+def server_flags(args) -> dict:
+    return {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms,
+            "decode_chunk": args.decode_chunk, "prompt_buckets": args.prompt_buckets,
+            "warmup_max_tokens": args.max_new_tokens}
+
+
+def machine(load_start: tuple, load_end: tuple) -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "jax_platforms": os.environ["JAX_PLATFORMS"], "load_avg_start": [round(x, 2) for x in load_start],
+            "load_avg_end": [round(x, 2) for x in load_end]}
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -281,7 +490,24 @@ def main():
                         help="also time the in-process call with all requests in flight (ratio_all_rows)")
     parser.add_argument("--only", choices=("serve", "inprocess"), default=None,
                         help="run one side (its figures alone, `ratio` null): for a machine too loaded for both")
+    parser.add_argument("--peer", choices=("transformers",), default=None,
+                        help="instead of the in-process call: the same requests, greedy and streamed, against "
+                             "`transformers serve` (continuous batching) and `prd-jax serve`")
+    parser.add_argument("--peer-model-dir", default="",
+                        help="with --peer: the model as `prd-jax export` writes it (default: exported to a "
+                             "temporary folder)")
+    parser.add_argument("--peer-warmup", type=int, default=2,
+                        help="with --peer: requests in an untimed round on each server before its timed pass")
+    return parser
+
+
+def main():
+    parser = build_parser()
     args = parser.parse_args()
+    if args.peer and (args.only or args.inprocess_all_rows):
+        parser.error("--peer compares two servers: --only and --inprocess-all-rows are for the in-process call")
+    if args.peer_warmup < 0:
+        parser.error(f"--peer-warmup={args.peer_warmup}: must be >= 0")
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped and its log removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -298,6 +524,13 @@ def main():
         parser.error(f"--inprocess-max-rows={args.inprocess_max_rows}: must be >= 0 (0 = all requests at once)")
     print(f"server: {args.max_batch_rows} decode slots, chunks of {args.decode_chunk} steps, prompt buckets "
           f"{args.prompt_buckets}", flush=True)
+    if args.peer:
+        record = run_peer(args, messages)
+        print(json.dumps(dict(record, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                              peer_warmup=args.peer_warmup, server_flags=server_flags(args),
+                              date=datetime.datetime.now().isoformat(timespec="seconds"),
+                              machine=machine(load_start, os.getloadavg()))))
+        return
     serve = run_serve(args, messages) if args.only != "inprocess" else None
     ours = run_inprocess(args, messages, args.inprocess_max_rows) if args.only != "serve" else None
     wide = None
@@ -337,16 +570,10 @@ def main():
         "serve_ready_s": of(serve, lambda s: round(s["ready_s"], 2)),
         "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
         "warmup_requests": args.warmup_requests, "only": args.only,
-        "server_flags": {"max_batch_rows": args.max_batch_rows, "batch_wait_ms": args.batch_wait_ms,
-                         "decode_chunk": args.decode_chunk, "prompt_buckets": args.prompt_buckets,
-                         "warmup_max_tokens": args.max_new_tokens},
+        "server_flags": server_flags(args),
         "inprocess_options": dict(INPROCESS_OPTIONS, max_rows=args.inprocess_max_rows),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                    "jax_platforms": os.environ["JAX_PLATFORMS"],
-                    "load_avg_start": [round(x, 2) for x in load_start],
-                    "load_avg_end": [round(x, 2) for x in load_end]},
+        "machine": machine(load_start, load_end),
     }
     print(json.dumps(record))
 
