@@ -37,7 +37,7 @@ from prd_jax.backends import for_eval
 from prd_jax.checkpoint import resolve_checkpoint
 from prd_jax.config_io import save_config
 from prd_jax.eval_config import EvalConfig
-from prd_jax.eval_setup import EvalSetup, run_settings
+from prd_jax.eval_setup import EvalSetup, build_spec, eval_sampling, eval_task, run_settings  # noqa: F401 (re-exported)
 from prd_jax.host import is_main, on_main, to_host
 from prd_jax.mesh import init_distributed
 from prd_jax.operators.budget import JUDGE_CALLS

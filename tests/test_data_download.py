@@ -211,13 +211,13 @@ def test_require_data_names_the_command(mirror, tmp_path):
 
 
 def test_eval_on_missing_data_stops_before_the_model_loads(tmp_path, monkeypatch):
-    from prd_jax import evaluate as ev
+    from prd_jax import eval_setup, evaluate as ev
     from prd_jax.config_io import load_config
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(ev, "load", no_model)
+    monkeypatch.setattr(eval_setup, "load", no_model)
     config = load_config(str(REPO_ROOT / "configs" / "eval" / "smollm2_gsm8k.py"))
     config.data_dir = str(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match=r"task 'gsm8k' split 'test'.*run `prd-jax data get gsm8k`$"):

@@ -307,17 +307,18 @@ def test_judge_trace_ratings_parse_and_match_correctness():
 
 
 def test_sft_mix_fractions():
-    import ml_collections
+    import dataclasses
 
+    from prd_jax.train.config import DataSettings
     from prd_jax.train.setup import synthetic_traces
 
     p = S.generate(1, 0, 2)[0]
-    data = ml_collections.ConfigDict(dict(pdr_fraction=1.0, pdr_k=2, sr_fraction=1.0, judge_fraction=1.0))
+    data = DataSettings(pdr_fraction=1.0, pdr_k=2, sr_fraction=1.0, judge_fraction=1.0)
     rows = synthetic_traces(np.random.default_rng(0), p, data, "compact")
     assert [r["prompt"].split(":")[0] for r in rows] == ["Solve", "Refine", "Improve", "Compare"]
-    data.update(dict(pdr_fraction=0.0, sr_fraction=0.0, judge_fraction=0.0))
+    data = dataclasses.replace(data, pdr_fraction=0.0, sr_fraction=0.0, judge_fraction=0.0)
     assert len(synthetic_traces(np.random.default_rng(0), p, data, "compact")) == 1
-    rng, data.pdr_fraction = np.random.default_rng(1), 0.5
+    rng, data = np.random.default_rng(1), dataclasses.replace(data, pdr_fraction=0.5)
     counts = [len(synthetic_traces(rng, p, data, "compact")) - 1 for _ in range(2000)]
     assert abs(np.mean(counts) - 0.5) < 0.04
 
