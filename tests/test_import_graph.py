@@ -55,15 +55,20 @@ def _private(dotted: str) -> bool:
     return any(p.startswith("_") and not p.startswith("__") for p in dotted.split("."))
 
 
-def _targets(node, module: str) -> list:
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names if a.name in MODULES]
+def _resolve(node, module: str) -> str:
     base = node.module or ""
     if node.level:
         package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
         for _ in range(node.level - 1):
             package = package.rsplit(".", 1)[0]
         base = f"{package}.{base}" if base else package
+    return base
+
+
+def _targets(node, module: str) -> list:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name in MODULES]
+    base = _resolve(node, module)
     subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
     rest = [a for a in node.names if f"{base}.{a.name}" not in MODULES]
     return subs + ([base] if rest and base in MODULES else [])
@@ -146,16 +151,6 @@ def test_function_local_imports_only_keep_tensorflow_or_torch_out():
         if not any(n == ok or n.startswith(ok + ".") for n in names for ok in LAZY_OK):
             bad.append(f"{module}:{line} in {fn}(): {names[0]}")
     assert not bad, "function-local imports that could be at module level:\n" + "\n".join(sorted(bad))
-
-
-def _resolve(node, module: str) -> str:
-    base = node.module or ""
-    if node.level:
-        package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
-        for _ in range(node.level - 1):
-            package = package.rsplit(".", 1)[0]
-        base = f"{package}.{base}" if base else package
-    return base
 
 
 def private_imports(module: str, tree) -> list:
