@@ -172,12 +172,12 @@ def stop_server(proc: subprocess.Popen, timeout_s: float = 90) -> None:
             proc.wait()
 
 
-def serve_pass(base: str, messages: list, max_new: int, concurrency: int, timeout_s: float) -> tuple:
-    """(wall seconds, per-request (completion_tokens, prompt_tokens, finish_reason, latency))
-    of one pass: `concurrency` threads, each with its own client, take the requests in order."""
+def client_pass(base: str, n: int, concurrency: int, timeout_s: float, request) -> tuple:
+    """(wall seconds, `request(client, i)` for i in 0..n-1) of one pass: `concurrency` threads,
+    each with its own `openai.OpenAI` client (no retries), take the requests in order; the
+    first failure stops the others and is raised after the pass."""
     import openai
 
-    n = len(messages)
     clients = [openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=timeout_s)
                for _ in range(min(concurrency, n))]
     results, errors = [None] * n, []
@@ -189,15 +189,11 @@ def serve_pass(base: str, messages: list, max_new: int, concurrency: int, timeou
                 i = next(order, None)
             if i is None or errors:
                 return
-            t = time.perf_counter()
             try:
-                r = client.chat.completions.create(model=MODEL, messages=messages[i], max_tokens=max_new,
-                                                   temperature=1.0, seed=i)
+                results[i] = request(client, i)
             except Exception as e:  # reported after the pass; the other threads stop taking requests
                 errors.append((i, e))
                 return
-            results[i] = (r.usage.completion_tokens, r.usage.prompt_tokens, r.choices[0].finish_reason,
-                          time.perf_counter() - t)
 
     threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
     t0 = time.perf_counter()
@@ -212,6 +208,20 @@ def serve_pass(base: str, messages: list, max_new: int, concurrency: int, timeou
         i, e = errors[0]
         raise RuntimeError(f"request {i} failed ({len(errors)} failures): {type(e).__name__}: {e}")
     return wall, results
+
+
+def serve_pass(base: str, messages: list, max_new: int, concurrency: int, timeout_s: float) -> tuple:
+    """(wall seconds, per-request (completion_tokens, prompt_tokens, finish_reason, latency))
+    of one `client_pass` of plain chat requests."""
+
+    def request(client, i):
+        t = time.perf_counter()
+        r = client.chat.completions.create(model=MODEL, messages=messages[i], max_tokens=max_new,
+                                           temperature=1.0, seed=i)
+        return (r.usage.completion_tokens, r.usage.prompt_tokens, r.choices[0].finish_reason,
+                time.perf_counter() - t)
+
+    return client_pass(base, len(messages), concurrency, timeout_s, request)
 
 
 def run_serve(args, messages: list) -> dict:
@@ -306,41 +316,9 @@ def stream_request(client, model: str, messages: list, max_new: int) -> dict:
 
 
 def stream_pass(base: str, model: str, messages: list, max_new: int, concurrency: int, timeout_s: float) -> tuple:
-    """(wall seconds, per-request `stream_request` results) of one pass: `concurrency` threads,
-    each with its own `openai.OpenAI` client (no retries), take the requests in order."""
-    import openai
-
-    n = len(messages)
-    clients = [openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=timeout_s)
-               for _ in range(min(concurrency, n))]
-    results, errors = [None] * n, []
-    lock, order = threading.Lock(), iter(range(n))
-
-    def worker(client):
-        while True:
-            with lock:
-                i = next(order, None)
-            if i is None or errors:
-                return
-            try:
-                results[i] = stream_request(client, model, messages[i], max_new)
-            except Exception as e:  # reported after the pass; the other threads stop taking requests
-                errors.append((i, e))
-                return
-
-    threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
-    for c in clients:
-        c.close()
-    if errors:
-        i, e = errors[0]
-        raise RuntimeError(f"request {i} failed ({len(errors)} failures): {type(e).__name__}: {e}")
-    return wall, results
+    """(wall seconds, per-request `stream_request` results) of one `client_pass`."""
+    return client_pass(base, len(messages), concurrency, timeout_s,
+                       lambda client, i: stream_request(client, model, messages[i], max_new))
 
 
 def side_figures(wall_s: float, results: list, max_new: int) -> dict:
