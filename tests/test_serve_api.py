@@ -25,7 +25,7 @@ from prd_jax.mesh import make_mesh
 from prd_jax.model import get_model_config, init_params
 from prd_jax.model.weights import param_shardings
 from prd_jax.serve import protocol as P
-from prd_jax.serve.app import Gate, ServedCharVocab, _DrainingServer, build_app
+from prd_jax.serve.app import RETRY_AFTER_RANGE_S, Gate, ServedCharVocab, _DrainingServer, build_app, retry_after_s
 from prd_jax.serve.engine import Engine, Row
 from servers import free_port
 
@@ -241,15 +241,33 @@ def test_closed_stream_cancels_its_row(served):
     assert engine.calls - before < 30  # 400 tokens in chunks of 4 would take 100 chunks
 
 
-def test_full_queue_answers_429_and_health_stays_up(model):
+def test_full_queue_answers_429_with_retry_after_and_health_stays_up(model):
+    """One slot, one queued request allowed: a row held in the slot (its chunk callback waits)
+    and one waiting fill the queue; the next request gets 429 with `Retry-After` from the rule
+    on the measured service time (a first row held 1.2 s: at least 2 s for one row ahead)."""
     cfg, params = model
     engine = Engine(cfg, params, ServedCharVocab(), max_rows=1, decode_chunk=4)
+    hold = threading.Event()
+    prompt = CharVocab().encode("hi")
     try:
-        with running(engine, max_queued=0) as (url, _):
+        with running(engine, max_queued=1) as (url, _):
+            slow = Row(prompt, 2, 0.0, 1.0, 0, seed=0, on_tokens=lambda _: time.sleep(1.2))
+            engine.submit([slow])[0].result(timeout=120)
+            held = engine.submit([Row(prompt, 2, 0.0, 1.0, 0, seed=1, on_tokens=lambda _: hold.wait(60))])[0]
+            deadline = time.monotonic() + 60
+            while engine.slots_in_use == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            waiting = engine.submit([Row(prompt, 2, 0.0, 1.0, 0, seed=2)])[0]
             r = httpx.post(url + "/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2})
-            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            after = retry_after_s(engine.queued_rows, engine.mean_service_s, engine.max_rows)
+            assert r.status_code == 429 and r.headers["retry-after"] == str(after)
+            assert 2 <= after <= RETRY_AFTER_RANGE_S[1]  # ceil(1 row x >= 1.2 s / 1 slot)
             assert httpx.get(url + "/health").status_code == 200
+            hold.set()
+            assert held.result(timeout=60).ids and waiting.result(timeout=60).ids
     finally:
+        hold.set()
         engine.stop()
 
 
@@ -267,7 +285,9 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(model):
                 assert gate.draining
                 assert httpx.get(url + "/health").status_code == 503
                 late = httpx.post(url + "/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2})
-                assert late.status_code == 503 and late.headers["retry-after"] == "1"
+                ahead = engine.queued_rows + engine.slots_in_use  # the streamed row, in its slot
+                assert late.status_code == 503 and ahead == 1
+                assert late.headers["retry-after"] == str(retry_after_s(ahead, engine.mean_service_s, 2))
                 rest = [x for x in lines if x]
             assert rest[-1] == "data: [DONE]"
             assert json.loads([x for x in rest if x.startswith("data: {")][-1][6:])["choices"][0]["finish_reason"] \

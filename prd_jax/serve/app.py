@@ -10,13 +10,15 @@ Endpoints: `GET /health` (200 once the model is loaded and its first program com
 /metrics` (`metrics`), `GET /openapi.json`. With an API key every `/v1/` request needs
 `Authorization: Bearer KEY` (401 otherwise; the key is never logged). Past
 `max_queued` requests waiting for a slot, a request gets 429 with `Retry-After`. On SIGTERM
-the server drains: new requests get 503, in-flight ones finish, then it exits.
+the server drains: new requests get 503, in-flight ones finish, then it exits. 429 and 503
+carry `Retry-After` estimated from the queue and recent service times (`retry_after_s`).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import math
 import os
 import signal
 import threading
@@ -40,7 +42,20 @@ from prd_jax.serve.generation import Job
 from prd_jax.serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
-RETRY_AFTER_S = 1
+RETRY_AFTER_RANGE_S = (1, 60)  # Retry-After is clamped to this range (integer seconds)
+
+
+def retry_after_s(rows_ahead: int, mean_service_s: Optional[float], slots: int) -> int:
+    """`Retry-After` (RFC 9110 delay-seconds) of a 429 or 503, our rule: `slots` decode slots
+    each free a row every `mean_service_s` seconds (the recent mean time a row holds a slot,
+    `Engine.mean_service_s`), so the `rows_ahead` of a retry are through in about
+    `ceil(rows_ahead * mean_service_s / slots)` seconds, clamped to `RETRY_AFTER_RANGE_S`
+    (the lower bound before any row has finished). A full queue (429) counts the rows waiting
+    for a slot; a draining server (503) counts those and the rows in the slots."""
+    low, high = RETRY_AFTER_RANGE_S
+    if mean_service_s is None:
+        return low
+    return max(low, min(high, math.ceil(rows_ahead * mean_service_s / slots)))
 
 
 def _error(e: P.RequestError, headers: Optional[dict] = None) -> JSONResponse:
@@ -112,14 +127,17 @@ def build_app(engine: Engine, served_name: str, api_key: Optional[str] = None, m
         body = await job.answer(request.receive)
         return JSONResponse(body) if body is not None else Response(status_code=499)
 
+    def retry_after(status: int) -> int:
+        ahead = engine.queued_rows + (engine.slots_in_use if status == 503 else 0)
+        return retry_after_s(ahead, engine.mean_service_s, engine.max_rows)
+
     def endpoint(chat: bool, name: str):
         async def handle(request: Request):
             gate.in_flight += 1
             try:
                 response = await generate(request, chat)
             except P.RequestError as e:
-                extra = {"Retry-After": str(RETRY_AFTER_S)} if e.status in (429, 503) else None
-                response = _error(e, extra)
+                response = _error(e, {"Retry-After": str(retry_after(e.status))} if e.status in (429, 503) else None)
             except Exception as e:  # a bug or a failed decode: a 500 for this request, the server stays up
                 log.exception("request failed")
                 response = _error(P.RequestError(500, f"internal error: {type(e).__name__}: {e}"))

@@ -26,8 +26,10 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
+import collections
 import queue
 import threading
+import time
 from typing import Callable, List, Optional, Sequence
 
 import jax
@@ -41,6 +43,7 @@ from prd_jax.serve import slots as S
 
 log = logging.getLogger(__name__)
 MIN_WIDTH = 64  # the smallest cache width of the pool
+SERVICE_WINDOW = 32  # finished rows whose service times `mean_service_s` averages
 
 
 @dataclasses.dataclass
@@ -108,6 +111,7 @@ class _Live:
     ids: list
     logprobs: list
     top: list
+    admitted: float = 0.0  # time.monotonic() at admission
 
     @property
     def index(self) -> int:
@@ -146,6 +150,7 @@ class Engine:
         self._queued: dict = {}  # request -> its rows not yet taken from the queue
         self._lock = threading.Lock()
         self._last_prefill: tuple = ()  # (prompt, width, logits, caches) of the last prefill
+        self._service = collections.deque(maxlen=SERVICE_WINDOW)  # seconds from admission to answer, per row
         self._thread = threading.Thread(target=self._run, daemon=True, name="prd-jax-engine")
         self._thread.start()
 
@@ -165,6 +170,20 @@ class Engine:
     def queued_requests(self) -> int:
         """Requests with rows waiting for a slot."""
         return len(self._queued)
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting for a slot (a request of `n` samples waits with `n`)."""
+        with self._lock:
+            return sum(self._queued.values())
+
+    @property
+    def mean_service_s(self) -> Optional[float]:
+        """Mean seconds from admission to answer of the last `SERVICE_WINDOW` finished rows
+        (None before any row finished; cancelled rows do not count)."""
+        with self._lock:
+            times = list(self._service)
+        return sum(times) / len(times) if times else None
 
     def submit(self, rows: List[Row]) -> List[concurrent.futures.Future]:
         with self._lock:
@@ -282,6 +301,7 @@ class Engine:
             self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size,
                                                       self.stop_width), **placed)()
             self._warm_up()
+            self._service.clear()  # the warm-up's rows timed compiles, not service
             self.ready.set()
         except BaseException as e:  # reported by /health
             self.error = e
@@ -404,7 +424,7 @@ class Engine:
                       stops=np.asarray(stops + [-1] * (self.stop_width - len(stops)), np.int32))
         key = S.row_key(row.seed, row.sample)
         self._pool = self._insert(width, self._width)(self._pool, np.int32(slot), logits, caches, key, fields)
-        self._live[slot] = _Live(row, base, [], [], [])
+        self._live[slot] = _Live(row, base, [], [], [], time.monotonic())
 
     def _fit(self, extra: int = 0) -> None:
         """Resize the pool to the cache width the live rows (and `extra`) reach in the next chunk."""
@@ -445,6 +465,8 @@ class Engine:
                 x.row.on_tokens(Update(x.ids[fresh:], x.logprobs[fresh:], x.top[fresh:], ended_by))
             if ended_by is not None:
                 self._live[i] = None
+                with self._lock:
+                    self._service.append(time.monotonic() - x.admitted)
                 x.row.future.set_result(Decoded(x.ids, x.logprobs, ended_by == "stop", x.top))
         if stopped.any():
             self._pool = dict(self._pool, active=self._release()(self._pool["active"], stopped))
