@@ -237,7 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--devices", type=int, default=None, help="GPU targets: number of GPUs (simulated devices)")
     co.add_argument("--only", action="append", default=None, help="compile only programs whose name starts so")
     co.add_argument("--estimate", action="store_true",
-                    help="eval configs: print the whole run's roofline (generated tokens, hours) and compile nothing")
+                    help="compile one decode step per sampler call (and the RL train step) and print the modelled "
+                         "decode tok/s per chip with its bound (HBM, ICI, FLOPs), the analytic figure beside it, and "
+                         "the RL step's time colocated and split; eval configs first print the whole run's roofline")
+    co.add_argument("--sample-fraction", type=float, default=0.5,
+                    help="--estimate, split placement: the share of the chips that samples (default 0.5)")
     co.add_argument("--whole-operators", action="store_true",
                     help="eval configs: also compile each operator's whole program (slow; its calls are always compiled)")
     co.add_argument("--json", action="store_true", help="last line: one JSON object")
@@ -422,11 +426,7 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
         jax.config.update("jax_num_cpu_devices", max(target.devices, 1))
     try:
         if args.estimate:
-            if config.get("operators") is None:
-                raise ValueError("--estimate applies to eval configs (a config with `operators`)")
-            print(f"{args.config} on {target.label} (roofline estimate, nothing compiled):")
-            print(report.estimate_table(config, target))
-            return 0
+            return _print_estimate(args, config, target)
         rows = report.compile_all(config, target, args.only, args.whole_operators)
     except (ValueError, RuntimeError) as e:  # mesh vs topology, missing libtpu, context overflow
         print(f"ERROR {args.config} on {target.label}: {e}", file=sys.stderr)
@@ -439,6 +439,27 @@ def run_compile(args: argparse.Namespace, rest: list) -> int:
     if args.json:
         print(json.dumps(report.as_json(args.config, target, rows)))
     return 1 if bad else 0
+
+
+def _print_estimate(args: argparse.Namespace, config, target) -> int:
+    """`compile --estimate`: the eval run's roofline (eval configs), then decode tok/s per chip
+    and the RL step's time read from compiled programs (`aot.throughput`)."""
+    from prd_jax.aot import report, throughput
+
+    if config.get("operators") is not None:
+        print(f"{args.config} on {target.label} (analytic roofline of the whole run):")
+        print(report.estimate_table(config, target))
+    est = throughput.estimate_all(config, target, args.only)
+    print(f"{args.config} on {target.label} (modelled from compiled decode steps; {target.chip.name}: "
+          f"{target.chip.peak_flops / 1e12:.0f} TFLOP/s, HBM {target.chip.hbm_bandwidth / 1e12:.3g} TB/s, "
+          f"ICI {target.chip.ici_bandwidth / 1e9:.0f} GB/s):")
+    print(throughput.table(est))
+    if est.has_step:
+        print(throughput.step_table(est, args.sample_fraction))
+    if args.json:
+        print(json.dumps({"config": args.config, "topology": target.label,
+                          **throughput.as_json(est, args.sample_fraction)}))
+    return 0
 
 
 def run_inspect(args: argparse.Namespace) -> dict:

@@ -6,6 +6,12 @@ other TPUs are the vendors' capacities (v4 32 GiB, v5e 16 GiB, v6e 32 GiB; XLA m
 a little of it); GPUs are the card's memory (H100 80 GB, H200 141 GB) less 1 GiB for the
 CUDA runtime. They feed the "fits" verdict and a roofline time estimate, not a measured
 speed.
+
+Interconnect (`ici_bandwidth`, bytes/s per chip, all links together as the vendor states it):
+the TPUs' "Interchip Interconnect BW" of Google Cloud's TPU system-architecture pages (v4
+2,400 Gbps, v5e 1,600 Gbps, v5p 4,800 Gbps, v6e 3,584 Gbps), the GPUs' NVLink 4 total of
+900 GB/s (NVIDIA's H100 SXM and H200 data sheets). A collective over one mesh axis uses only
+some links, so time read against it is a floor (`aot.roofline`).
 """
 
 from __future__ import annotations
@@ -22,15 +28,16 @@ class Chip:
     hbm_bytes: float  # usable HBM per device (bytes)
     hbm_bandwidth: float  # bytes/s per chip
     platform: str  # "tpu" or "gpu"
+    ici_bandwidth: float = 0.0  # bytes/s per chip over all interconnect links (0: unknown)
 
 
 CHIPS = {
-    "v4": Chip("TPU v4", 275e12, 32 * GiB, 1.2e12, "tpu"),
-    "v5e": Chip("TPU v5e", 197e12, 16 * GiB, 0.819e12, "tpu"),
-    "v5p": Chip("TPU v5p", 459e12, 95.74 * GiB, 2.765e12, "tpu"),
-    "v6e": Chip("TPU v6e", 918e12, 32 * GiB, 1.64e12, "tpu"),
-    "h100": Chip("NVIDIA H100 SXM", 989e12, 80e9 - GiB, 3.35e12, "gpu"),
-    "h200": Chip("NVIDIA H200", 989e12, 141e9 - GiB, 4.8e12, "gpu"),
+    "v4": Chip("TPU v4", 275e12, 32 * GiB, 1.2e12, "tpu", 2400e9 / 8),
+    "v5e": Chip("TPU v5e", 197e12, 16 * GiB, 0.819e12, "tpu", 1600e9 / 8),
+    "v5p": Chip("TPU v5p", 459e12, 95.74 * GiB, 2.765e12, "tpu", 4800e9 / 8),
+    "v6e": Chip("TPU v6e", 918e12, 32 * GiB, 1.64e12, "tpu", 3584e9 / 8),
+    "h100": Chip("NVIDIA H100 SXM", 989e12, 80e9 - GiB, 3.35e12, "gpu", 900e9),
+    "h200": Chip("NVIDIA H200", 989e12, 141e9 - GiB, 4.8e12, "gpu", 900e9),
 }
 
 

@@ -1,7 +1,8 @@
 """Analytic FLOPs, bytes and roofline time of a program, from model shapes alone.
 
 XLA's `cost_analysis` counts a `while` body once, so a 16k-step decode loop would read
-as one step; these counts are computed from the shapes instead.
+as one step; these counts are computed from the shapes instead (`aot.decode_step` reads a
+single compiled decode step for the per-step figures).
 
 Conventions (per sequence of T tokens through the decoder):
 - matmul FLOPs: 2 x (non-embedding params + the LM head where logits are taken) per token;
@@ -117,12 +118,22 @@ def sampler_seconds(cfg: ModelConfig, s: SamplerShape, mesh: Mesh3, chip: Chip) 
     prefill = s.prompts * (2.0 * matmul_params(cfg) * s.prompt_len
                            + attention_flops(cfg, s.prompt_len * (s.prompt_len + 1) / 2)) / n / chip.peak_flops
     chunks = -(-s.rows // s.rows_in_flight)
-    capacity = s.prompt_len + s.gen_len
+    return prefill + chunks * s.gen_len * decode_step_seconds(cfg, s, mesh, chip)
+
+
+def decode_step_seconds(cfg: ModelConfig, s: SamplerShape, mesh: Mesh3, chip: Chip) -> float:
+    """One decode step of the rows in flight over a full cache: max(FLOPs, bytes read) per chip,
+    the bytes being the device's share of the params and its KV cache."""
+    n = mesh.devices
     step_flops = s.rows_in_flight * (2.0 * (matmul_params(cfg) + head_params(cfg))
-                                     + attention_flops(cfg, capacity)) / n
+                                     + attention_flops(cfg, s.prompt_len + s.gen_len)) / n
     step_bytes = cfg.num_params() * BYTES[cfg.dtype] / n + kv_cache_bytes_per_device(cfg, s, mesh)
-    step = max(step_flops / chip.peak_flops, step_bytes / chip.hbm_bandwidth)
-    return prefill + chunks * s.gen_len * step
+    return max(step_flops / chip.peak_flops, step_bytes / chip.hbm_bandwidth)
+
+
+def decode_tok_s_per_chip(cfg: ModelConfig, s: SamplerShape, mesh: Mesh3, chip: Chip) -> float:
+    """The analytic decode throughput: rows in flight / chips / `decode_step_seconds`."""
+    return s.rows_in_flight / mesh.devices / decode_step_seconds(cfg, s, mesh, chip)
 
 
 def train_seconds(cfg: ModelConfig, rows: int, width: int, mesh: Mesh3, chip: Chip, updates: int = 1) -> float:

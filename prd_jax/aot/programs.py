@@ -56,6 +56,7 @@ class Program:
     analytic_bytes: Optional[float] = None  # per device: params/state + KV cache (None: not modelled)
     detail: str = ""
     knob: str = ""  # the config field that shrinks this program's memory
+    calls: tuple = ()  # the sampler calls it makes, in order (`prd-jax compile --estimate` reads them)
 
 
 def mesh3(mesh) -> E.Mesh3:
@@ -104,7 +105,7 @@ def sampler_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int
     detail = (f"{s.prompts} prompts x {s.samples} = {s.rows} rows ({s.rows_in_flight} in flight), prompt {s.prompt_len} "
               f"+ gen {s.gen_len}; KV cache {kv / 1e9:.1f} GB/device")
     return Program(call.name, lower, E.sampler_flops(cfg, s), E.sampler_seconds(cfg, s, m, chip),
-                   E.params_bytes_per_device(cfg, m) + kv, detail, knob)
+                   E.params_bytes_per_device(cfg, m) + kv, detail, knob, (call,))
 
 
 class RecordingLM:
@@ -157,15 +158,19 @@ def operator_program(name: str, cfg: ModelConfig, mesh, spec, ctx, problems_shap
     secs = sum(E.sampler_seconds(cfg, s, m, chip) for s in shapes)
     kv = max([E.kv_cache_bytes_per_device(cfg, s, m) for s in shapes] or [0.0])
     return Program(name, lower, flops, secs, E.params_bytes_per_device(cfg, m) + kv,
-                   f"{len(calls)} model calls on {b} problems of width {w}", "sampling.max_rows")
+                   f"{len(calls)} model calls on {b} problems of width {w}", "sampling.max_rows", tuple(calls))
+
+
+def call_key(c: SamplerCall) -> tuple:
+    """Calls with equal keys compile to the same program: (kind, prompts, prompt width, sampling config)."""
+    return (c.name.endswith(".logits"), c.prompts, c.prompt_len, c.scfg)
 
 
 def distinct_calls(calls: List[SamplerCall]) -> List[SamplerCall]:
-    """The first call of each (kind, prompts, prompt width, sampling config); a forced-rating
-    read (`.logits`, one forward) is its own kind."""
+    """The first call of each `call_key`; a forced-rating read (`.logits`, one forward) is its own kind."""
     seen, out = set(), []
     for c in calls:
-        key = (c.name.endswith(".logits"), c.prompts, c.prompt_len, c.scfg)
+        key = call_key(c)
         if key in seen:
             continue
         seen.add(key)
@@ -185,7 +190,7 @@ def logits_program(cfg: ModelConfig, mesh, call: SamplerCall, chip, pad_id: int 
     kv = E.kv_cache_bytes_per_device(cfg, s, m)
     detail = f"{s.prompts} rows ({s.rows_in_flight} in flight), prompt {s.prompt_len}; KV cache {kv / 1e9:.1f} GB/device"
     return Program(call.name, lower, E.sampler_flops(cfg, s), E.sampler_seconds(cfg, s, m, chip),
-                   E.params_bytes_per_device(cfg, m) + kv, detail, knob)
+                   E.params_bytes_per_device(cfg, m) + kv, detail, knob, (call,))
 
 
 def call_programs(cfg: ModelConfig, mesh, calls: List[SamplerCall], chip, pad_id: int, knob: str) -> List[Program]:

@@ -1,0 +1,155 @@
+"""`prd-jax compile --estimate`: decode tok/s per chip and the RL step's time, read from compiled programs.
+
+For each distinct sampler call of a config (RL rollouts, operator and verifier calls, eval
+operators' calls) one decode step is compiled (`aot.decode_step`) and its per-device cost
+(`aot.hlo_cost`) is set against the chip (`aot.roofline.bound`): step time, the bound that
+sets it, tok/s per chip, beside the analytic figure (`estimate.decode_tok_s_per_chip`).
+
+Training configs also compile the train step. Its program loops (gradient accumulation, the
+scanned layer stack), and XLA counts a loop body once, so its FLOPs term is the larger of
+the cost analysis' and the analytic count (`estimate.train_flops`); its collectives are
+counted with their loops' trip counts. The RL step's rollout time is the decode time of
+every sampler call of one step (each row to its budget, prefill left out): per call,
+row chunks x `max_new_tokens` x the step time of its program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import List, Optional
+
+from prd_jax.aot import estimate as E
+from prd_jax.aot import programs as PG
+from prd_jax.aot.chips import Target
+from prd_jax.aot.decode_step import decode_step_lowered, rows_in_flight
+from prd_jax.aot.hlo_cost import Cost
+from prd_jax.aot.report import build
+from prd_jax.aot.roofline import DecodeEstimate, bound, rl_step_seconds
+
+log = logging.getLogger(__name__)
+STEP_PARTS = ("rl.rollout", "operator_rl.", "verifier.")  # the programs one RL step runs (their calls)
+
+
+def decode_estimate(cfg, mesh, call: PG.SamplerCall, chip) -> DecodeEstimate:
+    """Compile one decode step of `call` and model it on `chip`."""
+    rows = rows_in_flight(call.prompts, call.scfg, mesh)
+    t0 = time.perf_counter()
+    compiled = decode_step_lowered(cfg, mesh, call.scfg, rows, call.prompt_len, call.scfg.max_new_tokens).compile()
+    cost = Cost.of(compiled, mesh.devices.size)
+    shape = dataclasses.replace(call.shape(), max_rows=rows)
+    analytic = E.decode_tok_s_per_chip(cfg, shape, PG.mesh3(mesh), chip)
+    est = DecodeEstimate.of(call.name, rows, mesh.devices.size, cost, chip, analytic)
+    log.info("decode step of %s compiled in %.1f s: %.0f tok/s per chip (%s-bound)", call.name,
+             time.perf_counter() - t0, est.tok_s_per_chip, est.bound)
+    return est
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainEstimate:
+    cost: Cost
+    analytic_flops: float  # per device
+    seconds: float
+    bound: str
+
+
+def train_estimate(program: PG.Program, chip, devices: int) -> TrainEstimate:
+    cost = Cost.of(program.lower().compile(), devices)
+    per_device = program.flops / devices
+    seconds, which = bound(dataclasses.replace(cost, flops=max(cost.flops, per_device)), chip)
+    return TrainEstimate(cost, per_device, seconds, which)
+
+
+@dataclasses.dataclass
+class Estimate:
+    decode: List[DecodeEstimate]
+    train: Optional[TrainEstimate] = None
+    rollout_tokens: float = 0.0  # generated per RL step (every row to its budget)
+    rollout_seconds: float = 0.0  # their decode time on all chips
+    chips: int = 0
+
+    @property
+    def has_step(self) -> bool:
+        return self.train is not None and self.rollout_seconds > 0
+
+    def step(self, placement: str = "colocated", sample_fraction: float = 0.5, off_policy_steps: int = 0) -> dict:
+        """The RL step's modelled time (`roofline.rl_step_seconds`)."""
+        tok_s = self.rollout_tokens / (self.rollout_seconds * self.chips)
+        return rl_step_seconds(self.rollout_tokens, tok_s, self.train.seconds, self.chips, placement=placement,
+                               sample_fraction=sample_fraction, off_policy_steps=off_policy_steps)
+
+
+def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Estimate:
+    """Decode estimates of every distinct sampler call; for RL configs the train step and the step's rollout."""
+    mesh, progs, _ = build(config, target)
+    cfg = PG.model_config(config)
+    chips = mesh.devices.size
+    keep = lambda name: not only or any(name.startswith(o) for o in only)
+    by_key, out = {}, Estimate([], chips=chips)
+    for p in progs:
+        for c in p.calls:
+            if c.name.endswith(".logits") or PG.call_key(c) in by_key or not keep(c.name):
+                continue
+            by_key[PG.call_key(c)] = decode_estimate(cfg, mesh, c, target.chip)
+            out.decode.append(by_key[PG.call_key(c)])
+    train = [p for p in progs if p.name == "train_step" and keep(p.name)]
+    if train:
+        out.train = train_estimate(train[0], target.chip, chips)
+        for p in progs:
+            if not p.name.startswith(STEP_PARTS):
+                continue
+            for c in p.calls:
+                est = by_key.get(PG.call_key(c))
+                if est is None:
+                    continue
+                s = c.shape()
+                chunks = s.rows // est.rows
+                out.rollout_tokens += s.rows * s.gen_len
+                out.rollout_seconds += chunks * s.gen_len * est.step_seconds
+    return out
+
+
+def table(est: Estimate) -> str:
+    lines = ["| program | rows in flight | TFLOPs/step | GB/step | collective GB/step | step ms | bound | "
+             "tok/s per chip | analytic tok/s per chip |", "|---|---|---|---|---|---|---|---|---|"]
+    for d in est.decode:
+        lines.append(f"| {d.name} decode step | {d.rows} | {d.cost.flops / 1e12:.4g} | {d.cost.bytes_accessed / 1e9:.4g} | "
+                     f"{d.cost.ici_bytes / 1e9:.4g} | {d.step_seconds * 1e3:.4g} | {d.bound} | "
+                     f"{d.tok_s_per_chip:.4g} | {d.analytic_tok_s:.4g} |")
+    if est.train:
+        t = est.train
+        lines.append(f"| train_step | - | {max(t.cost.flops, t.analytic_flops) / 1e12:.4g} | "
+                     f"{t.cost.bytes_accessed / 1e9:.4g} | {t.cost.ici_bytes / 1e9:.4g} | {t.seconds * 1e3:.4g} | "
+                     f"{t.bound} | - | - |")
+    return "\n".join(lines)
+
+
+def step_table(est: Estimate, sample_fraction: float = 0.5) -> str:
+    """The RL step's modelled time, colocated against split (one step off-policy and not)."""
+    lines = [f"RL step: {est.rollout_tokens:.4g} tokens generated (every row to its budget), decode only",
+             "| placement | off_policy_steps | rollout s | train s | step s |", "|---|---|---|---|---|"]
+    for placement, off in (("colocated", 0), ("split", 0), ("split", 1)):
+        s = est.step(placement, sample_fraction, off)
+        label = placement if placement == "colocated" else f"split ({s['sampling_chips']} sample, " \
+                                                           f"{s['training_chips']} train)"
+        lines.append(f"| {label} | {off} | {s['rollout_seconds']:.4g} | {s['train_seconds']:.4g} | "
+                     f"{s['step_seconds']:.4g} |")
+    return "\n".join(lines)
+
+
+def as_json(est: Estimate, sample_fraction: float = 0.5) -> dict:
+    doc = {"decode": [{"name": d.name, "rows": d.rows, "chips": d.chips, "flops": d.cost.flops,
+                       "bytes_accessed": d.cost.bytes_accessed, "collective_bytes": d.cost.collective_bytes,
+                       "step_seconds": d.step_seconds, "bound": d.bound, "tok_s_per_chip": d.tok_s_per_chip,
+                       "analytic_tok_s_per_chip": d.analytic_tok_s} for d in est.decode]}
+    if est.train:
+        t = est.train
+        doc["train_step"] = {"flops": t.cost.flops, "analytic_flops": t.analytic_flops,
+                             "bytes_accessed": t.cost.bytes_accessed, "collective_bytes": t.cost.collective_bytes,
+                             "seconds": t.seconds, "bound": t.bound}
+    if est.has_step:
+        doc["rl_step"] = {"rollout_tokens": est.rollout_tokens, "sample_fraction": sample_fraction,
+                          **{f"{p}_off{o}": est.step(p, sample_fraction, o)
+                             for p, o in (("colocated", 0), ("split", 0), ("split", 1))}}
+    return doc

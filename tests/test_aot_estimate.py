@@ -1,0 +1,157 @@
+"""`prd-jax compile --estimate`: costs read from compiled programs, by hand (8 simulated CPU devices)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from prd_jax.aot import estimate as E
+from prd_jax.aot.chips import CHIPS, Chip
+from prd_jax.aot.decode_step import decode_step_lowered, rows_in_flight
+from prd_jax.aot.hlo_cost import Cost, collectives, group_size, moved_bytes
+from prd_jax.aot.roofline import bound, rl_step_seconds
+from prd_jax.mesh import make_mesh
+from prd_jax.model.config import NAMED_CONFIGS
+from prd_jax.sampling import SamplingConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cost(fn, *args):
+    ca = jax.jit(fn).lower(*args).compile().cost_analysis()
+    return ca[0] if isinstance(ca, list) else ca
+
+
+def test_cost_analysis_counts_a_loop_body_once():
+    """Why the estimate compiles one decode step: a 10-trip loop reads as one trip."""
+    w, x = jnp.zeros((256, 256)), jnp.zeros((64, 256))
+    one = _cost(lambda w, x: jnp.tanh(x @ w), w, x)["flops"]
+    assert one >= 2 * 64 * 256 * 256
+    ten = [_cost(lambda w, x: jax.lax.fori_loop(0, 10, lambda i, x: jnp.tanh(x @ w), x), w, x)["flops"],
+           _cost(lambda w, x: jax.lax.scan(lambda x, _: (jnp.tanh(x @ w), None), x, None, length=10)[0], w, x)["flops"]]
+    assert all(one <= f < 1.01 * one for f in ten), (one, ten)
+
+
+HLO = """HloModule m, num_partitions=8
+
+%body (p: (s32[], f32[16])) -> (s32[], f32[16]) {
+  %p = (s32[], f32[16]{0}) parameter(0)
+  %x = f32[16]{0} get-tuple-element(%p), index=1
+  %ar = f32[16]{0} all-reduce(%x), channel_id=2, replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add
+  ROOT %t = (s32[], f32[16]{0}) tuple(%i, %ar)
+}
+
+ENTRY %main (a: bf16[2,64], b: f32[8,32]) -> f32[8] {
+  %a = bf16[2,64]{1,0} parameter(0)
+  %b = f32[8,32]{1,0} parameter(1)
+  %ag = bf16[16,64]{1,0} all-gather(%a), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+  %ags = (bf16[2,64]{1,0}, bf16[8,64]{1,0}) all-gather-start(%a), channel_id=3, replica_groups=mesh['x'=2,'y'=4], device_ids=([8]) {'y'}, dimensions={0}
+  %agd = bf16[8,64]{1,0} all-gather-done(%ags)
+  %rs = f32[4,32]{1,0} reduce-scatter(%b), channel_id=4, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}
+  %cp = f32[8,32]{1,0} collective-permute(%b), channel_id=5, source_target_pairs={{0,1},{1,0}}
+  %w = (s32[], f32[16]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+  ROOT %r = f32[8]{0} slice(%b), slice={[0:8]}
+}
+"""
+
+
+def test_collective_bytes_of_a_hand_written_module():
+    got = sorted((c.kind, c.operand_bytes, c.group, c.times) for c in collectives(HLO, 8))
+    assert got == sorted([("all-gather", 256.0, 8, 1), ("all-gather", 256.0, 4, 1), ("reduce-scatter", 1024.0, 2, 1),
+                          ("collective-permute", 1024.0, 8, 1), ("all-reduce", 64.0, 4, 5)])
+    cost = Cost.from_hlo(1.0, 2.0, HLO, 8)
+    # all-gather (n-1) x operand: 7 x 256 + 3 x 256; reduce-scatter (n-1)/n: 512; permute: 1024;
+    # all-reduce 2 (n-1)/n x 64 = 96, five loop trips
+    assert cost.collective_bytes == {"all-gather": 2560.0, "reduce-scatter": 512.0, "collective-permute": 1024.0,
+                                     "all-reduce": 480.0, "all-to-all": 0.0}
+    assert cost.ici_bytes == 4576.0 and cost.loops == 1
+    assert group_size("replica_groups={}", 16) == 16 and moved_bytes("all-to-all", 80.0, 4) == 60.0
+
+
+def test_bound_names_the_largest_term():
+    chip = Chip("test", peak_flops=100.0, hbm_bytes=0.0, hbm_bandwidth=10.0, platform="tpu", ici_bandwidth=1.0)
+    mk = lambda f, b, c: Cost(f, b, {"all-gather": c})
+    assert bound(mk(500.0, 20.0, 3.0), chip) == (5.0, "FLOPs")
+    assert bound(mk(100.0, 70.0, 3.0), chip) == (7.0, "HBM")
+    assert bound(mk(100.0, 20.0, 9.0), chip) == (9.0, "ICI")
+
+
+def test_rl_step_time_by_hand():
+    # 1000 tokens at 10 tok/s per chip on 10 chips: 10 s colocated; train 4 s on 10 chips
+    assert rl_step_seconds(1000, 10.0, 4.0, 10)["step_seconds"] == 14.0
+    split = rl_step_seconds(1000, 10.0, 4.0, 10, placement="split", sample_fraction=0.5)
+    assert (split["rollout_seconds"], split["train_seconds"], split["step_seconds"]) == (20.0, 8.0, 28.0)
+    overlap = rl_step_seconds(1000, 10.0, 4.0, 10, placement="split", sample_fraction=0.8, off_policy_steps=1)
+    assert (overlap["rollout_seconds"], overlap["train_seconds"], overlap["step_seconds"]) == (12.5, 20.0, 20.0)
+    for kw, match in [(dict(placement="both"), "placement='both'"), (dict(off_policy_steps=2), "off_policy_steps=2"),
+                      (dict(placement="split", sample_fraction=1.0), "sample_fraction=1.0")]:
+        with pytest.raises(ValueError, match=match):
+            rl_step_seconds(1, 1.0, 1.0, 4, **kw)
+
+
+def _step_cost(mesh_shape: str, rows=32, prompt=16, gen=32):
+    cfg = NAMED_CONFIGS["tiny"]
+    mesh = make_mesh(mesh_shape, jax.devices()[:8])
+    compiled = decode_step_lowered(cfg, mesh, SamplingConfig(gen, num_samples=4), rows, prompt, gen).compile()
+    return cfg, Cost.of(compiled, 8)
+
+
+def test_decode_step_costs_against_the_model_shape():
+    """Tiny model (fp32), 32 rows over 8 data shards, 16 + 32 slots: per device 4 rows."""
+    cfg, cost = _step_cost("data=8")
+    rows, slots = 4, 48
+    # matmuls: 2 x (params used as matmul weights + the tied head) per row; attention 4 L H Dh per slot
+    hand_flops = rows * (2 * (E.matmul_params(cfg) + E.head_params(cfg)) + 4 * 2 * 4 * 16 * slots)
+    assert hand_flops == 821_760
+    assert hand_flops <= cost.flops <= 1.15 * hand_flops  # softmax, norms and the sampler add elementwise work
+    params = cfg.num_params() * 4  # replicated over data
+    kv = rows * 2 * 2 * 2 * 16 * slots * 4  # rows x layers x (K, V) x kv heads x head_dim x slots x fp32
+    assert (params, kv) == (361_728, 98_304)
+    assert params + kv <= cost.bytes_accessed <= 3 * (params + kv)
+    assert cost.ici_bytes == 0  # nothing is sharded but the rows
+
+
+def test_decode_step_gathers_fsdp_params_every_step():
+    """fsdp=4: each step all-gathers the sharded weights ((n-1)/n of them per device); the
+    embedding table may be gathered twice (lookup and tied head)."""
+    cfg, cost = _step_cost("data=2,fsdp=4")
+    norms = 2 * 2 * cfg.hidden + cfg.hidden  # replicated
+    sharded = (cfg.num_params() - norms) * 4
+    embed = cfg.vocab_size * cfg.hidden * 4
+    assert 0.75 * sharded <= cost.collective_bytes["all-gather"] <= 0.75 * (sharded + embed)
+
+
+def test_rows_in_flight_follow_the_row_chunks():
+    mesh = make_mesh("data=8", jax.devices()[:8])
+    assert rows_in_flight(64, SamplingConfig(8, num_samples=4, max_rows=64), mesh) == 64  # 4 chunks of 16 prompts
+    assert rows_in_flight(64, SamplingConfig(8, num_samples=4), mesh) == 256
+
+
+@pytest.mark.slow
+def test_cli_prints_the_estimate():
+    """`prd-jax compile --estimate --json` on the tiny RL config for 8 simulated H200s (a fresh process:
+    the command sets the CPU device count before JAX starts)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "prd_jax.cli", "compile", "--config", "configs/rl/tiny.py",
+                           "--topology", "h200:8", "--estimate", "--json"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "| rl.rollout decode step |" in out and "tok/s per chip" in out and "analytic tok/s per chip" in out
+    doc = json.loads(out.strip().splitlines()[-1])
+    (d,) = doc["decode"]
+    assert d["bound"] in ("HBM", "ICI", "FLOPs") and d["tok_s_per_chip"] > 0
+    chip = CHIPS["h200"]
+    step = max(d["flops"] / chip.peak_flops, d["bytes_accessed"] / chip.hbm_bandwidth,
+               sum(d["collective_bytes"].values()) / chip.ici_bandwidth)
+    assert d["step_seconds"] == pytest.approx(step)
+    assert d["tok_s_per_chip"] == pytest.approx(d["rows"] / 8 / step)
+    steps = doc["rl_step"]
+    assert steps["split_off1"]["step_seconds"] == pytest.approx(
+        max(steps["split_off1"]["rollout_seconds"], steps["split_off1"]["train_seconds"]))
+    assert steps["colocated_off0"]["step_seconds"] == pytest.approx(
+        steps["colocated_off0"]["rollout_seconds"] + steps["colocated_off0"]["train_seconds"])
