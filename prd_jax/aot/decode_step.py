@@ -69,8 +69,10 @@ def abstract_caches(cfg: ModelConfig, mesh, rows: int, slots: int) -> tuple:
     return tuple(out)
 
 
-def decode_step_lowered(cfg: ModelConfig, mesh, scfg: SamplingConfig, rows: int, prompt_len: int, gen_len: int):
-    """The lowered step for `rows` rows over caches of `prompt_len + gen_len` slots."""
+def decode_step_lowered(cfg: ModelConfig, mesh, scfg: SamplingConfig, rows: int, prompt_len: int, gen_len: int,
+                        weights=None):
+    """The lowered step for `rows` rows over caches of `prompt_len + gen_len` slots (`weights`:
+    `abstract_weights(cfg, mesh)`, computed here when not given)."""
     width = prompt_len
 
     def step(weights, caches, logits, keys, start, t):
@@ -83,7 +85,7 @@ def decode_step_lowered(cfg: ModelConfig, mesh, scfg: SamplingConfig, rows: int,
 
     key_dtype = jax.eval_shape(lambda: jax.random.key(0)).dtype
     batch = ("batch",)
-    args = (abstract_weights(cfg, mesh), abstract_caches(cfg, mesh, rows, prompt_len + gen_len),
+    args = (weights or abstract_weights(cfg, mesh), abstract_caches(cfg, mesh, rows, prompt_len + gen_len),
             _struct((rows, cfg.vocab_size), jnp.float32, ("batch", "vocab"), mesh),
             _struct((rows,), key_dtype, batch, mesh), _struct((rows,), jnp.int32, batch, mesh),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, P())))

@@ -23,7 +23,7 @@ from typing import List, Optional
 from prd_jax.aot import estimate as E
 from prd_jax.aot import programs as PG
 from prd_jax.aot.chips import Target
-from prd_jax.aot.decode_step import decode_step_lowered, rows_in_flight
+from prd_jax.aot.decode_step import abstract_weights, decode_step_lowered, rows_in_flight
 from prd_jax.aot.hlo_cost import Cost
 from prd_jax.aot.report import build
 from prd_jax.aot.roofline import DecodeEstimate, bound, rl_step_seconds
@@ -32,11 +32,12 @@ log = logging.getLogger(__name__)
 STEP_PARTS = ("rl.rollout", "operator_rl.", "verifier.")  # the programs one RL step runs (their calls)
 
 
-def decode_estimate(cfg, mesh, call: PG.SamplerCall, chip) -> DecodeEstimate:
-    """Compile one decode step of `call` and model it on `chip`."""
+def decode_estimate(cfg, mesh, call: PG.SamplerCall, chip, weights=None) -> DecodeEstimate:
+    """Compile one decode step of `call` and model it on `chip` (`weights`: `abstract_weights`, shared by calls)."""
     rows = rows_in_flight(call.prompts, call.scfg, mesh)
     t0 = time.perf_counter()
-    compiled = decode_step_lowered(cfg, mesh, call.scfg, rows, call.prompt_len, call.scfg.max_new_tokens).compile()
+    compiled = decode_step_lowered(cfg, mesh, call.scfg, rows, call.prompt_len, call.scfg.max_new_tokens,
+                                   weights).compile()
     cost = Cost.of(compiled, mesh.devices.size)
     shape = dataclasses.replace(call.shape(), max_rows=rows)
     analytic = E.decode_tok_s_per_chip(cfg, shape, PG.mesh3(mesh), chip)
@@ -86,12 +87,13 @@ def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Es
     cfg = PG.model_config(config)
     chips = mesh.devices.size
     keep = lambda name: not only or any(name.startswith(o) for o in only)
-    by_key, out = {}, Estimate([], chips=chips)
+    by_key, out, weights = {}, Estimate([], chips=chips), None
     for p in progs:
         for c in p.calls:
             if c.name.endswith(".logits") or PG.call_key(c) in by_key or not keep(c.name):
                 continue
-            by_key[PG.call_key(c)] = decode_estimate(cfg, mesh, c, target.chip)
+            weights = weights or abstract_weights(cfg, mesh)
+            by_key[PG.call_key(c)] = decode_estimate(cfg, mesh, c, target.chip, weights)
             out.decode.append(by_key[PG.call_key(c)])
     train = [p for p in progs if p.name == "train_step" and keep(p.name)]
     if train:
