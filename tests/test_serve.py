@@ -14,6 +14,8 @@ import pytest
 
 from prd_jax.backends.config import with_backend
 from prd_jax.config_io import load_config
+from prd_jax.model.loader import smollm2_gguf_path
+from prd_jax.model.tokenizer import Tokenizer
 from servers import prd_serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,6 +97,59 @@ def test_official_openai_client(server):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=NAME, prompt="word " * 8200, max_tokens=16)
     assert "8192" in str(e.value)
+
+
+CHAT = [{"role": "user", "content": "What is 2 + 2? Reply with just the number."}]  # greedy: 8 tokens, then EOS
+
+
+@pytest.fixture(scope="module")
+def hf_greedy():
+    """Greedy `generate` of HF transformers on the server's weights (the embedded GGUF):
+    f(prompt ids, max_new_tokens, eos ids or None, min_new_tokens) -> new token ids."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = smollm2_gguf_path()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None  # each call passes its own (None: no EOS stopping)
+
+    def generate(ids, max_new_tokens, eos, min_new_tokens=0):
+        config = transformers.GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+                                               min_new_tokens=min_new_tokens, pad_token_id=2)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 generation_config=config)
+        return out[0, len(ids):].tolist()
+    return generate
+
+
+@pytest.mark.slow
+@pytest.mark.peer
+def test_ignore_eos_and_min_tokens_equal_transformers_generate(server, hf_greedy):
+    """A chat whose greedy answer ends with EOS at 8 tokens: with `ignore_eos` the server
+    returns all 16 tokens (finish "length"), HF's greedy `generate` with no EOS; with
+    `min_tokens: 11` the EOS is masked for 11 tokens, HF's `min_new_tokens=11`. 45 prompt
+    tokens + 16 stay within the 64-slot cache width other requests compile."""
+    tok = Tokenizer.from_gguf(smollm2_gguf_path())
+    prompt = tok.encode_chat(CHAT)
+
+    def chat(**extra):
+        out = httpx.post(server + "/v1/chat/completions", timeout=120, json=dict(
+            model=NAME, messages=CHAT, max_tokens=16, temperature=0, return_token_ids=True, **extra)).json()
+        assert out["usage"]["prompt_tokens"] == len(prompt), out
+        choice = out["choices"][0]
+        assert out["usage"]["completion_tokens"] == len(choice["token_ids"])
+        return choice
+
+    natural = chat()
+    assert natural["finish_reason"] == "stop" and len(natural["token_ids"]) <= 10
+    assert natural["token_ids"] == hf_greedy(prompt, 16, list(tok.stop_ids))
+    ignored = chat(ignore_eos=True)
+    assert ignored["finish_reason"] == "length" and len(ignored["token_ids"]) == 16
+    assert ignored["token_ids"] == hf_greedy(prompt, 16, None)
+    late = chat(min_tokens=11)
+    assert not set(late["token_ids"][:11]) & set(tok.stop_ids) and len(late["token_ids"]) >= 11
+    assert late["token_ids"] == hf_greedy(prompt, 16, list(tok.stop_ids), min_new_tokens=11)
 
 
 def _config(server, api: str, problems: int = 2, operators=OPERATORS):
