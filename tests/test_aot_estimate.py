@@ -1,5 +1,6 @@
 """`prd-jax compile --estimate`: costs read from compiled programs, by hand (8 simulated CPU devices)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -45,10 +46,16 @@ HLO = """HloModule m, num_partitions=8
   ROOT %t = (s32[], f32[16]{0}) tuple(%i, %ar)
 }
 
+%fused (xf: bf16[2,64]) -> bf16[16,64] {
+  %xf = bf16[2,64]{1,0} parameter(0)
+  ROOT %ag2 = bf16[16,64]{1,0} all-gather(%xf), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+}
+
 ENTRY %main (a: bf16[2,64], b: f32[8,32]) -> f32[8] {
   %a = bf16[2,64]{1,0} parameter(0)
   %b = f32[8,32]{1,0} parameter(1)
   %ag = bf16[16,64]{1,0} all-gather(%a), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+  %f = bf16[16,64]{1,0} fusion(%a), kind=kCustom, calls=%fused
   %ags = (bf16[2,64]{1,0}, bf16[8,64]{1,0}) all-gather-start(%a), channel_id=3, replica_groups=mesh['x'=2,'y'=4], device_ids=([8]) {'y'}, dimensions={0}
   %agd = bf16[8,64]{1,0} all-gather-done(%ags)
   %rs = f32[4,32]{1,0} reduce-scatter(%b), channel_id=4, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}
@@ -60,6 +67,7 @@ ENTRY %main (a: bf16[2,64], b: f32[8,32]) -> f32[8] {
 
 
 def test_collective_bytes_of_a_hand_written_module():
+    """Sizes by hand; the fusion's all-gather shares channel 1 with %ag (one collective printed twice)."""
     got = sorted((c.kind, c.operand_bytes, c.group, c.times) for c in collectives(HLO, 8))
     assert got == sorted([("all-gather", 256.0, 8, 1), ("all-gather", 256.0, 4, 1), ("reduce-scatter", 1024.0, 2, 1),
                           ("collective-permute", 1024.0, 8, 1), ("all-reduce", 64.0, 4, 5)])
@@ -155,3 +163,27 @@ def test_cli_prints_the_estimate():
         max(steps["split_off1"]["rollout_seconds"], steps["split_off1"]["train_seconds"]))
     assert steps["colocated_off0"]["step_seconds"] == pytest.approx(
         steps["colocated_off0"]["rollout_seconds"] + steps["colocated_off0"]["train_seconds"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs libtpu: pip install -e '.[tpu-aot]' (make test installs it)")
+@pytest.mark.slow
+def test_decode_step_for_a_tpu_topology():
+    """Tiny model, one decode step compiled for v5e:2x2 with an fsdp=4 mesh: per-device FLOPs
+    near the hand count, and the fsdp-sharded weights all-gathered in the step (XLA:TPU may
+    gather them cast to bf16 for its bf16 matmul passes, and the tied embedding twice:
+    lookup and head). XLA:TPU prints one such collective in several fusions under one
+    channel; counted once, the bytes stay within the bounds."""
+    from prd_jax.aot.report import target_devices
+    from prd_jax.aot.chips import parse_target
+
+    cfg = NAMED_CONFIGS["tiny"]
+    mesh = make_mesh("fsdp=4", target_devices(parse_target("v5e:2x2")))
+    compiled = decode_step_lowered(cfg, mesh, SamplingConfig(32, num_samples=4), 32, 16, 32).compile()
+    cost = Cost.of(compiled, 4)
+    hand_flops = 8 * (2 * (E.matmul_params(cfg) + E.head_params(cfg)) + 4 * 2 * 4 * 16 * 48)  # 8 rows per device
+    assert hand_flops <= cost.flops <= 1.15 * hand_flops
+    norms = 2 * 2 * cfg.hidden + cfg.hidden
+    sharded, embed = cfg.num_params() - norms, cfg.vocab_size * cfg.hidden
+    assert 0.75 * 2 * sharded <= cost.collective_bytes["all-gather"] <= 0.75 * 4 * (sharded + embed)
+    assert cost.bytes_accessed >= cfg.num_params() * 4 / 4 + 8 * 2 * 2 * 2 * 16 * 48 * 4  # params share + KV

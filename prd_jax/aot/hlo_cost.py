@@ -19,6 +19,8 @@ Bytes moved per device by one collective over a group of n devices, with operand
 - all-to-all: (n - 1) / n x O;
 - collective-permute: O.
 The asynchronous forms (`all-gather-start`, ...) count once, their `-done` halves not at all.
+A collective is one channel: XLA:TPU can print one collective in several computations (an
+async or collective-matmul fusion's pieces, each with the same `channel_id`); it counts once.
 """
 
 from __future__ import annotations
@@ -144,17 +146,21 @@ def collectives(hlo: str, devices: int) -> List[Collective]:
                             times[callee] = times.get(callee, 0) + times[comp] * trips
                             if callee not in order:
                                 order.append(callee)
-    out = []
+    found: Dict[object, Collective] = {}
     for comp, instructions in comps.items():
-        for _, shape, op, operands, attrs in instructions:
+        for name, shape, op, operands, attrs in instructions:
             kind = op[:-len("-start")] if op.endswith("-start") else op
             if kind not in KINDS or comp not in times:
                 continue
             names = [o.strip().lstrip("%") for o in operands.split(",") if o.strip()]
             inline = array_bytes(operands)  # operands printed with their shapes
             operand_bytes = inline or sum(array_bytes(shapes.get(n, "")) for n in names)
-            out.append(Collective(kind, operand_bytes, group_size(attrs, devices), times[comp]))
-    return out
+            c = Collective(kind, operand_bytes, group_size(attrs, devices), times[comp])
+            channel = re.search(r"channel_id=(\d+)", attrs)
+            key = (kind, channel.group(1)) if channel else (comp, name)
+            if key not in found or c.moved > found[key].moved:
+                found[key] = c
+    return list(found.values())
 
 
 def while_loops(hlo: str) -> int:
