@@ -31,6 +31,7 @@ from servers import free_port
 
 pytestmark = pytest.mark.slow  # one engine compile per module (about a minute on two cores)
 NAME, KEY = "tiny-char", "sekret-key-123"
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax.monitoring's event per XLA compile
 PROMPT = "Question: what is 2 + 3?\n"
 
 
@@ -365,18 +366,30 @@ def test_load_with_faults(served):
     print(f"load: 200 requests, 50 clients, {elapsed:.1f} s; RSS {before:.0f} -> {after:.0f} MiB")
 
 
-def test_mesh_greedy_equals_one_device(model):
-    """8 simulated devices (data=4, tensor=2: the pool's rows over `data`, heads over `tensor`):
-    the engine's greedy rows equal one device's."""
+def test_mesh_warm_up_compiles_ahead_and_greedy_equals_one_device(model):
+    """8 simulated devices (data=4, tensor=2: the pool's rows over `data`, heads over
+    `tensor`): `warmup_max_tokens` compiles the mesh programs before the engine is ready, so
+    the first requests compile nothing (XLA compiles counted by `jax.monitoring`), and the
+    engine's greedy rows equal one device's."""
     cfg, params = model
     mesh = make_mesh("data=4,tensor=2")
-    rows = lambda: [Row(CharVocab().encode(p), 12, 0.0, 1.0, 0, seed=i)  # noqa: E731
-                    for i, p in enumerate(["Hi there", "2 + 2 = ", "Q: why?\n", "abc"])]
+    prompts = ["Hi there", "2 + 2 = ", "Q: why?\n", "Question: what is 12 + 30?\nA: "]  # 8, 8, 8, 30 chars
+    rows = lambda: [Row(CharVocab().encode(p), 12 if i < 3 else 40, 0.0, 1.0, 0, seed=i)  # noqa: E731
+                    for i, p in enumerate(prompts)]  # the last: a 32-wide prefill, cache width 128
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, *_, **__: compiles.append(event) if event == BACKEND_COMPILE else None)
     outs = []
     for m, p in ((None, params), (mesh, jax.device_put(params, param_shardings(cfg, mesh)))):
-        engine = Engine(cfg, p, ServedCharVocab(), mesh=m, max_rows=4, decode_chunk=4)
+        engine = Engine(cfg, p, ServedCharVocab(), mesh=m, max_rows=4, decode_chunk=4, prompt_buckets=(16, 32),
+                        warmup_max_tokens=40)
         try:
+            deadline = time.monotonic() + 600
+            while not engine.ready.wait(0.2):
+                assert engine.error is None and time.monotonic() < deadline
+            before, programs = len(compiles), engine.num_compilations
             outs.append([f.result(timeout=600).ids for f in engine.submit(rows())])
+            assert len(compiles) == before and engine.num_compilations == programs, (m, compiles[before:])
         finally:
             engine.stop()
     assert outs[0] == outs[1] and all(len(ids) >= 1 for ids in outs[0])

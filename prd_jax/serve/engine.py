@@ -17,7 +17,9 @@ its padded width + t. Cache widths step by an eighth of the power of two above (
 ..., 448, 512, 640, ...), so the pool attends over at most 1/8 more slots than the live
 rows reach. `warmup_max_tokens` compiles every program that requests of
 up to that many new tokens on prompts within the buckets can meet, before `/health` reports
-ready, so no compile lands on a request. Every compile is logged as "sampler: compiling".
+ready, so no compile lands on a request. On a mesh every program is compiled ahead too, for
+a fixed layout (the pool's caches with rows over `data` and kv heads over `tensor`, the rest
+replicated) that each program's outputs keep. Every compile is logged as "sampler: compiling".
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from prd_jax.model.decode import decode_weights, ring_windows
+from prd_jax.mesh import logical_to_spec
+from prd_jax.model.decode import DECODE_CACHE_AXES, decode_weights, ring_windows
 from prd_jax.sampling import bucket, length_bucket
 from prd_jax.serve import slots as S
 
@@ -241,10 +244,43 @@ class Engine:
         return jax.eval_shape(lambda: S.empty_pool(self.cfg, self.max_rows, width, self.cfg.vocab_size,
                                                    self.stop_width))
 
-    def _compile(self, jitted, *specs):
-        """`jitted` compiled ahead for `specs` on one device; on a mesh, jitted as is (it compiles
-        at its first call, for the shardings its arguments carry)."""
-        return jitted if self.mesh is not None else jitted.lower(*specs).compile()
+    def _spec(self, abstract, shardings=None):
+        """`abstract` (a tree of shapes) as a program's argument: on a mesh, placed by
+        `shardings` (else replicated); unchanged on one device."""
+        if self.mesh is None:
+            return abstract
+        shardings = shardings or self._replicated(abstract)
+        return jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), abstract, shardings)
+
+    def _replicated(self, tree):
+        return jax.tree.map(lambda _: NamedSharding(self.mesh, PartitionSpec()), tree)
+
+    def _caches_sharding(self, caches):
+        """Decode caches (`decode_cache` layout) as `decode_step_groups` constrains them: rows
+        over `data`, kv heads over `tensor` (a dimension they do not divide stays whole)."""
+        if self.mesh is None:
+            return None
+        k_axes, v_axes = DECODE_CACHE_AXES
+        named = lambda names, x: NamedSharding(self.mesh, logical_to_spec(names, self.mesh, x.shape))  # noqa: E731
+        return tuple((named(k_axes, k), named(v_axes, v)) for k, v in caches)
+
+    def _pool_sharding(self, width: int):
+        """The pool's fixed layout on a mesh (None on one device): caches as
+        `_caches_sharding`, the per-row fields and logits replicated."""
+        if self.mesh is None:
+            return None
+        pool = self._abstract_pool(width)
+        return dict(self._replicated(pool), caches=self._caches_sharding(pool["caches"]))
+
+    def _compile(self, fn, specs: tuple, out=None, donate: tuple = ()):
+        """`fn` compiled ahead for `specs` (`_spec` shapes, or arrays whose placement it
+        takes). On a mesh every output has a fixed sharding (`out`, else replicated) that the
+        next program's specs declare, so each program compiles once, ahead (the warm-up),
+        for the placements requests meet."""
+        if self.mesh is None:
+            return jax.jit(fn, donate_argnums=donate).lower(*specs).compile()
+        out = out or self._replicated(jax.eval_shape(fn, *specs))
+        return jax.jit(fn, donate_argnums=donate, out_shardings=out).lower(*specs).compile()
 
     def _program(self, key: tuple, build):
         if key not in self._programs:
@@ -252,11 +288,19 @@ class Engine:
             self._programs[key] = build()
         return self._programs[key]
 
+    def _prefilled(self, width: int):
+        """(logits, caches) shapes of a prompt prefilled at `width` (`prefill_row`)."""
+        return jax.eval_shape(lambda p, n: S.prefill_row(self.cfg, self.params, p, n, width),
+                              jax.ShapeDtypeStruct((1, width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
+
     def _prefill(self, width: int):
         cfg = self.cfg
-        return self._program(("prefill", width), lambda: self._compile(jax.jit(
-            lambda params, p, n: S.prefill_row(cfg, params, p, n, width)),
-            self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32)))
+        logits, caches = self._prefilled(width)
+        out = None if self.mesh is None else (self._replicated(logits), self._caches_sharding(caches))
+        return self._program(("prefill", width), lambda: self._compile(
+            lambda params, p, n: S.prefill_row(cfg, params, p, n, width),
+            (self.params, self._spec(jax.ShapeDtypeStruct((1, width), jnp.int32)),
+             self._spec(jax.ShapeDtypeStruct((1,), jnp.int32))), out))
 
     def _insert(self, prompt_width: int, width: int):
         cfg = self.cfg
@@ -267,29 +311,39 @@ class Engine:
             else:
                 caches = S.resize(cfg, dict(caches=caches), width)["caches"]
             return S.insert(pool, slot, logits, caches, key, fields)
-        one = jax.eval_shape(lambda p, n: S.prefill_row(cfg, self.params, p, n, prompt_width),
-                             jax.ShapeDtypeStruct((1, prompt_width), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
+        logits, caches = self._prefilled(prompt_width)
         fields = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in self._abstract_pool(width).items()
                   if k in S.ROW_FIELDS}
-        return self._program(("insert", prompt_width, width), lambda: self._compile(jax.jit(fn, donate_argnums=0),
-            self._abstract_pool(width), jax.ShapeDtypeStruct((), jnp.int32), one[0], one[1],
-            jax.eval_shape(lambda: jax.random.key(0)), fields))
+        specs = (self._spec(self._abstract_pool(width), self._pool_sharding(width)),
+                 self._spec(jax.ShapeDtypeStruct((), jnp.int32)), self._spec(logits),
+                 self._spec(caches, self._caches_sharding(caches)),
+                 self._spec(jax.eval_shape(lambda: jax.random.key(0))), self._spec(fields))
+        return self._program(("insert", prompt_width, width),
+                             lambda: self._compile(fn, specs, self._pool_sharding(width), donate=(0,)))
 
     def _resize(self, old: int, new: int):
         cfg = self.cfg
-        return self._program(("resize", old, new), lambda: self._compile(jax.jit(
-            lambda pool: S.resize(cfg, pool, new)), self._abstract_pool(old)))
+        return self._program(("resize", old, new), lambda: self._compile(
+            lambda pool: S.resize(cfg, pool, new), (self._spec(self._abstract_pool(old), self._pool_sharding(old)),),
+            self._pool_sharding(new)))
 
     def _decode(self, width: int, filtered: bool, top: bool = False):
         fn = functools.partial(S.decode_chunk, self.cfg, steps=self.steps, pad_id=self.tok.pad_id,
                                filtered=filtered, top=S.MAX_TOP if top else 0, mesh=self.mesh)
         key = ("decode", width, filtered) + (("top",) if top else ())
-        return self._program(key, lambda: self._compile(jax.jit(fn, donate_argnums=1),
-            self._weights, self._abstract_pool(width)))
+        pool = self._spec(self._abstract_pool(width), self._pool_sharding(width))
+
+        def build():
+            if self.mesh is None:
+                return self._compile(fn, (self._weights, pool), donate=(1,))
+            _, *rest = jax.eval_shape(fn, self._weights, pool)
+            return self._compile(fn, (self._weights, pool), (self._pool_sharding(width), *self._replicated(rest)),
+                                 donate=(1,))
+        return self._program(key, build)
 
     def _release(self):
-        spec = jax.ShapeDtypeStruct((self.max_rows,), bool)
-        return self._program(("release",), lambda: self._compile(jax.jit(S.release), spec, spec))
+        spec = self._spec(jax.ShapeDtypeStruct((self.max_rows,), bool))
+        return self._program(("release",), lambda: self._compile(S.release, (spec, spec)))
 
     # -- the decode thread --------------------------------------------------------------
 
@@ -297,7 +351,7 @@ class Engine:
         try:  # the first programs (and the warm-up grid) compile before /health says ready
             self._weights = jax.jit(functools.partial(decode_weights, self.cfg, mesh=self.mesh))(self.params)
             self._width = MIN_WIDTH if self.context >= MIN_WIDTH else self.context
-            placed = {} if self.mesh is None else {"out_shardings": NamedSharding(self.mesh, PartitionSpec())}
+            placed = {} if self.mesh is None else {"out_shardings": self._pool_sharding(self._width)}
             self._pool = jax.jit(lambda: S.empty_pool(self.cfg, self.max_rows, self._width, self.cfg.vocab_size,
                                                       self.stop_width), **placed)()
             self._warm_up()
@@ -412,7 +466,8 @@ class Engine:
         if self._last_prefill[:2] != (row.prompt, width):
             tokens = np.full((1, width), self.tok.pad_id, np.int32)
             tokens[0, width - n:] = row.prompt
-            logits, caches = self._prefill(width)(self.params, jnp.asarray(tokens), jnp.asarray([n], np.int32))
+            # numpy arguments: `jnp.asarray` would compile a staging program per new width
+            logits, caches = self._prefill(width)(self.params, tokens, np.asarray([n], np.int32))
             self._last_prefill = (list(row.prompt), width, logits, caches)
             self.prefills += 1
         logits, caches = self._last_prefill[2:]
