@@ -377,19 +377,25 @@ def test_mesh_warm_up_compiles_ahead_and_greedy_equals_one_device(model):
     rows = lambda: [Row(CharVocab().encode(p), 12 if i < 3 else 40, 0.0, 1.0, 0, seed=i)  # noqa: E731
                     for i, p in enumerate(prompts)]  # the last: a 32-wide prefill, cache width 128
     compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, *_, **__: compiles.append(event) if event == BACKEND_COMPILE else None)
+
+    def count(event, *_, **__):
+        if event == BACKEND_COMPILE:
+            compiles.append(event)
+    jax.monitoring.register_event_duration_secs_listener(count)
     outs = []
-    for m, p in ((None, params), (mesh, jax.device_put(params, param_shardings(cfg, mesh)))):
-        engine = Engine(cfg, p, ServedCharVocab(), mesh=m, max_rows=4, decode_chunk=4, prompt_buckets=(16, 32),
-                        warmup_max_tokens=40)
-        try:
-            deadline = time.monotonic() + 600
-            while not engine.ready.wait(0.2):
-                assert engine.error is None and time.monotonic() < deadline
-            before, programs = len(compiles), engine.num_compilations
-            outs.append([f.result(timeout=600).ids for f in engine.submit(rows())])
-            assert len(compiles) == before and engine.num_compilations == programs, (m, compiles[before:])
-        finally:
-            engine.stop()
+    try:
+        for m, p in ((None, params), (mesh, jax.device_put(params, param_shardings(cfg, mesh)))):
+            engine = Engine(cfg, p, ServedCharVocab(), mesh=m, max_rows=4, decode_chunk=4, prompt_buckets=(16, 32),
+                            warmup_max_tokens=40)
+            try:
+                deadline = time.monotonic() + 600
+                while not engine.ready.wait(0.2):  # ready: what /health reports as 200
+                    assert engine.error is None and time.monotonic() < deadline
+                before, programs = len(compiles), engine.num_compilations
+                outs.append([f.result(timeout=600).ids for f in engine.submit(rows())])
+                assert len(compiles) == before and engine.num_compilations == programs, (m, compiles[before:])
+            finally:
+                engine.stop()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
     assert outs[0] == outs[1] and all(len(ids) >= 1 for ids in outs[0])
