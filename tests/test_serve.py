@@ -3,7 +3,8 @@
 Conformance: every listed operator run with `backend.api=completions` against the server
 gives the rows the in-graph operator gives (greedy: same final text, correct, the four
 budgets, the number of calls). Chat mode: each row's budgets are the usage the server
-billed. The official `openai` client works against the server."""
+billed. The official `openai` client works against the server. `ignore_eos` and `min_tokens`
+return the tokens HF transformers' greedy `generate` returns on the same weights."""
 
 import concurrent.futures
 import json
