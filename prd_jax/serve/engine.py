@@ -24,11 +24,11 @@ replicated) that each program's outputs keep. Every compile is logged as "sample
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import functools
 import logging
-import collections
 import queue
 import threading
 import time
