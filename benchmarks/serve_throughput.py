@@ -285,12 +285,31 @@ def run_inprocess(args, messages: list, max_rows: int) -> dict:
     return {"wall_s": seconds, "lengths": lengths, "prompt_tokens": [len(p) for p in prompt_ids]}
 
 
-def peer_command(hf_dir: str, port: int) -> list:
+PEER_BLOCK_TOKENS = 32  # tokens per block of transformers' paged KV cache (`--cb-block-size`)
+
+
+def peer_kv_blocks(kv_tokens: int) -> int:
+    """Blocks of `PEER_BLOCK_TOKENS` that hold `kv_tokens` tokens of KV cache."""
+    return -(-kv_tokens // PEER_BLOCK_TOKENS)
+
+
+def peer_command(hf_dir: str, port: int, kv_tokens: int) -> list:
     """`transformers serve DIR` on loopback, the CPU, fp32, continuous batching on (its paged
-    cache and scheduler), the model preloaded and pinned."""
+    cache and scheduler), the model preloaded and pinned. Its KV cache holds `kv_tokens` tokens:
+    left unset, transformers sizes it from the memory free on the device, which on a CPU host is
+    most of the machine's RAM (one such run was killed for memory)."""
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", hf_dir, "--continuous-batching",
             "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32",
+            "--cb-block-size", str(PEER_BLOCK_TOKENS), "--cb-num-blocks", str(peer_kv_blocks(kv_tokens)),
             "--log-level", "warning"]
+
+
+def peer_kv_tokens(args) -> int:
+    """`--peer-kv-tokens`, else every client's row at once: clients x (largest prompt bucket +
+    max new tokens), the rows prd-jax serve's slots hold (no preemption on either side)."""
+    if args.peer_kv_tokens:
+        return args.peer_kv_tokens
+    return args.concurrency * (max(int(b) for b in str(args.prompt_buckets).split(",")) + args.max_new_tokens)
 
 
 def stream_request(client, model: str, messages: list, max_new: int) -> dict:
@@ -415,7 +434,7 @@ def run_peer(args, messages: list) -> dict:
         sides, results = {}, {}
         port = args.port or free_port()
         sides["transformers serve"], results["peer"] = served_side(
-            "transformers serve", peer_command(hf_dir, port), port, dict(env, CUDA_VISIBLE_DEVICES=""), hf_dir,
+            "transformers serve", peer_command(hf_dir, port, peer_kv_tokens(args)), port, dict(env, CUDA_VISIBLE_DEVICES=""), hf_dir,
             messages, args)
         port = args.port or free_port()
         sides["prd-jax serve"], results["prd"] = served_side(
@@ -428,7 +447,8 @@ def run_peer(args, messages: list) -> dict:
         print(f"warning: transformers serve did not log {PEER_CB_LINE!r}: it may have decoded one request at a "
               f"time", flush=True)
     return {"peer": args.peer, "prd_serve": sides["prd-jax serve"], "peer_serve": sides["transformers serve"],
-            **comparison, "peer_flags": {"continuous_batching": True, "device": "cpu", "dtype": "float32"}}
+            **comparison, "peer_flags": {"continuous_batching": True, "device": "cpu", "dtype": "float32",
+                           "kv_cache_tokens": peer_kv_blocks(peer_kv_tokens(args)) * PEER_BLOCK_TOKENS}}
 
 
 def server_flags(args) -> dict:
@@ -474,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--peer-model-dir", default="",
                         help="with --peer: the model as `prd-jax export` writes it (default: exported to a "
                              "temporary folder)")
+    parser.add_argument("--peer-kv-tokens", type=int, default=0,
+                        help="with --peer: tokens transformers' paged KV cache holds (default: concurrency x "
+                             "(largest prompt bucket + max new tokens))")
     parser.add_argument("--peer-warmup", type=int, default=2,
                         help="with --peer: requests in an untimed round on each server before its timed pass")
     return parser
@@ -486,6 +509,8 @@ def main():
         parser.error("--peer compares two servers: --only and --inprocess-all-rows are for the in-process call")
     if args.peer_warmup < 0:
         parser.error(f"--peer-warmup={args.peer_warmup}: must be >= 0")
+    if args.peer_kv_tokens < 0:
+        parser.error(f"--peer-kv-tokens={args.peer_kv_tokens}: must be >= 0 (0 = sized from the workload)")
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped and its log removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 

@@ -91,16 +91,22 @@ def test_stream_request_without_usage_fails(monkeypatch):
 def test_both_servers_listen_on_loopback_only():
     args = st.build_parser().parse_args(["--peer", "transformers", "--max-batch-rows", "32",
                                          "--prompt-buckets", "64"])
-    prd, peer = st.serve_command(args, 8123), st.peer_command("/m", 8124)
+    prd, peer = st.serve_command(args, 8123), st.peer_command("/m", 8124, st.peer_kv_tokens(args))
     assert prd[prd.index("--host") + 1] == "127.0.0.1" and prd[prd.index("--port") + 1] == "8123"
     assert peer[peer.index("--host") + 1] == "127.0.0.1" and "--continuous-batching" in peer
     assert peer[peer.index("serve") + 1] == "/m"
+    # the peer's KV cache holds every client's row: 32 clients x (64-token bucket + 256 new) = 10240 tokens
+    assert st.peer_kv_tokens(args) == 32 * (64 + 256)
+    assert peer[peer.index("--cb-num-blocks") + 1] == str(10240 // 32)
+    assert peer[peer.index("--cb-block-size") + 1] == "32"
+    assert st.peer_kv_blocks(33) == 2 and st.peer_kv_blocks(32) == 1
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--peer", "vllm"], "argument --peer: invalid choice: 'vllm'"),
     (["--peer", "transformers", "--only", "serve"], "--peer compares two servers"),
     (["--peer", "transformers", "--peer-warmup", "-1"], "--peer-warmup=-1: must be >= 0"),
+    (["--peer", "transformers", "--peer-kv-tokens", "-5"], "--peer-kv-tokens=-5: must be >= 0"),
 ])
 def test_bad_peer_flags_are_refused(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["serve_throughput.py", *argv])
