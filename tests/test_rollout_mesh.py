@@ -5,6 +5,7 @@ the training layout token for token; RL runs with a rollout layout or `split` gi
 update as the default (colocated, the training mesh) run."""
 
 import collections
+import importlib.util
 import json
 import os
 
@@ -188,3 +189,50 @@ def test_rollout_layout_and_split_give_the_colocated_update(tmp_path, monkeypatc
         np.testing.assert_allclose([x["loss"] for x in lines], [x["loss"] for x in base_lines], rtol=1e-6)
         for x, y in zip(jax.tree.leaves(p), jax.tree.leaves(base_p)):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- from the compiled programs
+
+HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
+
+
+@pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip install -e '.[tpu-aot]' (make test installs it)")
+@pytest.mark.slow
+def test_compiled_decode_step_gathers_no_params_in_the_rollout_layout():
+    """The tiny model (bf16) compiled for v5e:2x2 (4 chips). On the fsdp=4 training layout a
+    decode step all-gathers every sharded weight; on the rollout layout data=4 (weights whole
+    on each chip) it holds no collective at all; on data=2,tensor=2 only the vocab-sharded
+    embedding table is gathered (the token lookup; the matmuls only all-reduce activations).
+    The reshard into data=4 is its own program, and its all-gathers move exactly the params
+    that fsdp shards (all but the norms), in fp32, once per RL step."""
+    from prd_jax.aot.collectives import collectives, decode_step_lowered, reshard_lowered, total_bytes
+    from prd_jax.aot.report import target_devices
+    from prd_jax.aot.chips import parse_target
+    from prd_jax.model.decoder import param_shapes
+
+    devs = target_devices(parse_target("v5e:2x2"))
+    cfg = NAMED_CONFIGS["tiny"].replace(dtype="bfloat16")
+    train = make_mesh("fsdp=4", devs)
+    d, v = cfg.hidden, cfg.vocab_size
+
+    fsdp = collectives(decode_step_lowered(cfg, train, rows=8, slots=64).compile().as_text())
+    gathered = [c for c in fsdp if c.kind == "all-gather"]
+    # per layer: q, k, v, o, gate, up, down, each gathered whole (bf16) in the step; the embedding/head
+    assert (v, d) in {c.shapes[0] for c in gathered} and len(gathered) >= 7 * cfg.num_layers
+    layers = param_shapes(cfg)["layers"]
+    matrices = sum(int(np.prod(s.shape)) for s in jax.tree.leaves((layers["attn"], layers["mlp"])))
+    assert matrices == cfg.num_layers * (64 * 64 * 2 + 64 * 32 * 2 + 64 * 128 * 3)
+    assert total_bytes(fsdp, "all-gather") >= 2 * matrices  # each layer weight at least once, in bf16
+
+    whole = make_mesh("data=4", devs)
+    assert collectives(decode_step_lowered(cfg, whole, rows=8, slots=64).compile().as_text()) == []
+    tensor = collectives(decode_step_lowered(cfg, make_mesh("data=2,tensor=2", devs), rows=8, slots=64)
+                         .compile().as_text())
+    assert {c.shapes for c in tensor if c.kind == "all-gather"} == {((v, d),)}  # the embedding table only
+
+    reshard = collectives(reshard_lowered(cfg, train, whole).compile().as_text())
+    sharded = [s for s, sh in zip(jax.tree.leaves(param_shapes(cfg)), jax.tree.leaves(param_shardings(cfg, train)))
+               if not sh.is_fully_replicated]
+    by_hand = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in sharded)
+    assert by_hand == 360_448  # 90,112 fp32 params: the tiny model less its 320 norm scales
+    assert {c.kind for c in reshard} == {"all-gather"} and total_bytes(reshard) == by_hand
