@@ -191,6 +191,31 @@ def test_rollout_layout_and_split_give_the_colocated_update(tmp_path, monkeypatc
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("name,metric", [("tiny_pdr", "reward/operator"), ("tiny_pairrl", "verifier/reward")])
+@pytest.mark.slow
+def test_operator_verifier_and_eval_rollouts_split_equal_colocated(tmp_path, monkeypatch, name, metric):
+    """Operator RL (PDR rounds) and PairRL verifier rows, with the held-out eval (Long-CoT, and
+    PDR for tiny_pdr) each step: split with a tensor=2 rollout layout on devices 0-3 against
+    colocated on the training mesh. One greedy step: equal metrics and params."""
+    config = os.path.join(ROOT, "configs", "rl", f"{name}.py")
+    extra = ["--config.steps=1", "--config.rl.samples_per_prompt=2", "--config.eval_every=1",
+             "--config.rl.eval_problems=2"]
+    runs = []
+    for placement in ([], ["--config.rollout.placement=split", "--config.rollout.mesh=tensor=2"]):
+        monkeypatch.setattr("prd_jax.train.rl.TaskReward.grades", lambda self, texts, keys: [
+            {"reward": float(len(t) % 2), "correct": float(len(t) % 2)} for t in texts])
+        workdir = str(tmp_path / f"{name}{len(runs)}")
+        from prd_jax.train.run import train
+
+        runs.append((train(apply_overrides(load_config(config), RUN + extra + placement), workdir, progress=False),
+                     describe(workdir)["params_digest"]))
+    (a, da), (b, db) = runs
+    assert metric in a and "eval/long_cot/b_seq" in a and a["eval/long_cot/b_seq"] > 0
+    assert {k: v for k, v in a.items() if not k.startswith("time/") and "per_s" not in k} == \
+        {k: v for k, v in b.items() if not k.startswith("time/") and "per_s" not in k}
+    assert da == db
+
+
 # ----------------------------------------------------------------------------- from the compiled programs
 
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
