@@ -261,3 +261,39 @@ def test_compiled_decode_step_gathers_no_params_in_the_rollout_layout():
     by_hand = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in sharded)
     assert by_hand == 360_448  # 90,112 fp32 params: the tiny model less its 320 norm scales
     assert {c.kind for c in reshard} == {"all-gather"} and total_bytes(reshard) == by_hand
+
+
+@pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip install -e '.[tpu-aot]' (make test installs it)")
+@pytest.mark.slow
+def test_compile_lists_the_rollout_programs_on_the_rollout_mesh():
+    """`prd-jax compile`'s programs for configs/rl/tiny.py (bf16) on v5e:2x2 with train mesh
+    fsdp=4: the whole sampler program (prefill and decode loop) all-gathers weight shards on
+    the training layout and none with `rollout.mesh=data=4`, beside which the reshard is its
+    own program moving every fsdp-sharded fp32 param once. Under split the rollout programs
+    sample on the devices the split rule gives them and no reshard program is listed."""
+    from prd_jax.aot.chips import parse_target
+    from prd_jax.aot.collectives import collectives, total_bytes
+    from prd_jax.aot.report import build
+    from prd_jax.model.decoder import param_shapes
+
+    def programs(*extra):
+        config = apply_overrides(load_config(RL_TINY), ["--config.model.overrides.dtype=bfloat16", *extra])
+        mesh, progs, _ = build(config, parse_target("v5e:2x2"))
+        return mesh, {p.name: p for p in progs}
+
+    def gathers(program):
+        return [c for c in collectives(program.lower().compile().as_text()) if c.kind == "all-gather"]
+
+    mesh, progs = programs("--config.mesh=fsdp=4")
+    assert set(progs) == {"train_step", "rl.rollout"} and len(gathers(progs["rl.rollout"])) > 0
+    _, progs = programs("--config.mesh=fsdp=4", "--config.rollout.mesh=data=4")
+    assert set(progs) == {"train_step", "rl.rollout", "rl.reshard"} and gathers(progs["rl.rollout"]) == []
+    cfg = NAMED_CONFIGS["tiny"].replace(**load_config(RL_TINY).model.overrides.to_dict(), dtype="bfloat16")
+    sharded = [s for s, sh in zip(jax.tree.leaves(param_shapes(cfg)), jax.tree.leaves(param_shardings(cfg, mesh)))
+               if not sh.is_fully_replicated]
+    assert total_bytes(gathers(progs["rl.reshard"])) == sum(int(np.prod(s.shape)) * 4 for s in sharded) == 1_638_400
+    mesh, progs = programs("--config.mesh=fsdp=2", "--config.rollout.placement=split", "--config.rollout.mesh=data=2")
+    assert set(progs) == {"train_step", "rl.rollout"} and dict(mesh.shape)["fsdp"] == 2
+    assert gathers(progs["rl.rollout"]) == []
+    params_sharding = jax.tree.leaves(progs["rl.rollout"].lower().compile().input_shardings[0][0])[0]
+    assert len(params_sharding.device_set) == 2 and not params_sharding.device_set & set(mesh.devices.flat)
