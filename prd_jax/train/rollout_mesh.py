@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from prd_jax.host import to_host
 from prd_jax.mesh import make_mesh, parse_mesh_shape
 from prd_jax.model.weights import param_shardings
 
@@ -149,18 +150,42 @@ def rollout_mesh(tc, mesh: Mesh, devices: Optional[Sequence] = None) -> Mesh:
 
 class RolloutLayout:
     """The policy's params in the rollout mesh's layout: `put(params)` reshards the whole tree
-    in one `jax.device_put` (nothing when the rollout mesh is the training mesh)."""
+    in one `jax.device_put` (nothing when the rollout mesh is the training mesh). Under split
+    on several processes, where `jax.device_put` cannot move an array between device sets
+    that span processes, the tree goes through the host instead (`host.to_host`, then each
+    process places its shards)."""
 
     def __init__(self, cfg, mesh: Mesh, rollout: Mesh):
         self.mesh, self.rollout = mesh, rollout
         self.same = rollout is mesh
         self.shardings = None if self.same else param_shardings(cfg, rollout)
+        self.via_host = (not self.same and jax.process_count() > 1
+                         and set(rollout.devices.flat) != set(mesh.devices.flat))
+
+    def _move(self, tree, shardings):
+        if not self.via_host:
+            return jax.device_put(tree, shardings)
+        return jax.tree.map(_place_from_host, to_host(jax.tree.map(_as_data, tree)), tree, shardings)
 
     def put(self, params):
         if self.same:
             return params
-        return jax.device_put(params, self.shardings)
+        return self._move(params, self.shardings)
 
     def replicate(self, x):
         """`x` (a key or small array) replicated on the rollout mesh (as is when it is the training mesh)."""
-        return x if self.same else jax.device_put(x, NamedSharding(self.rollout, P()))
+        return x if self.same else self._move(x, NamedSharding(self.rollout, P()))
+
+
+def _as_data(x):
+    """A typed PRNG key array as its raw uint32 data (the host copy is of the data)."""
+    return jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+
+def _place_from_host(host, like, sharding):
+    """`host` (the global value of `like`) as a global array with `sharding`, each process
+    placing only its own shards."""
+    out = jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+    if jax.dtypes.issubdtype(like.dtype, jax.dtypes.prng_key):
+        out = jax.random.wrap_key_data(out, impl=jax.random.key_impl(like))
+    return out
