@@ -40,7 +40,7 @@ def collectives(hlo_text: str) -> List[Collective]:
     """Every collective op in optimised HLO text, with its per-device result bytes."""
     out = []
     for line in hlo_text.splitlines():
-        if f"-start(" in line and not any(f"{k}(" in line for k in KINDS):
+        if "-start(" in line and not any(f"{k}(" in line for k in KINDS):
             continue  # the start of an async pair: counted at its -done
         m = _OP.search(line)
         if not m:
