@@ -167,6 +167,7 @@ def test_every_field_has_a_one_line_description_and_is_declared():
     assert set(docs) == own
     assert all(d and "\n" not in d and len(d) < 120 for d in docs.values()), docs
     schema = declared(load_config(RL_TINY), "train")
-    groups = {"model", "data", "optim", "rl", "wandb", "model.overrides"}
+    groups = {"model", "data", "optim", "rl", "wandb", "rollout", "model.overrides"}
     assert own - groups <= set(schema)  # every field an override may set, with its description
+    assert {"rollout.mesh", "rollout.placement", "rollout.sample_devices"} <= set(schema)
     assert schema["split"].doc == docs["split"] and schema["data.seq_len"].default == 0

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from prd_jax.aot import estimate as E
+from prd_jax.aot.collectives import reshard_lowered
 from prd_jax.eval_config import EvalConfig
 from prd_jax.eval_setup import EvalSetup
 from prd_jax.mesh import batch_size_multiple
@@ -240,17 +241,29 @@ def model_config(config) -> ModelConfig:
     return NAMED_CONFIGS[name].replace(**over)
 
 
-def training_programs(config, cfg, mesh, tokenizer, chip) -> List[Program]:
+def reshard_program(cfg: ModelConfig, mesh, rollout) -> Program:
+    """The params' reshard from the training layout into the rollout layout (`train.rollout_mesh`), once per step."""
+    return Program("rl.reshard", lambda: reshard_lowered(cfg, mesh, rollout), 0.0, 0.0,
+                   E.params_bytes_per_device(cfg, mesh3(rollout)), "the policy's params into the rollout layout, "
+                   "once per RL step", "rollout.mesh")
+
+
+def training_programs(config, cfg, mesh, tokenizer, chip, devices=None) -> List[Program]:
+    """The train step on `mesh`; RL's sampler programs on the rollout mesh (`config.rollout`; `devices`:
+    the target's, which the split rule divides), and the reshard into it when it has the same devices."""
     config = TrainConfig.from_config(config)
     if config.stage == "sft":
         shape = (config.batch_size, config.data.seq_len)
         batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k == "weights" else jnp.int32) for k in BATCH_KEYS}
         return [train_program(config, cfg, mesh, batch, sft_loss_fn(cfg, mesh), chip)]
 
-    stage = RLStage(config, cfg, tokenizer, mesh, load_data=False)
-    rl = stage.rl
+    stage = RLStage(config, cfg, tokenizer, mesh, load_data=False, devices=devices)
+    rl, train_mesh = stage.rl, mesh
     progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
                            rl.minibatches)]
+    mesh = stage.rollout_mesh  # the rollouts' programs below sample on it
+    if mesh is not train_mesh and set(mesh.devices.flat) == set(train_mesh.devices.flat):
+        progs.append(reshard_program(cfg, train_mesh, mesh))  # split: a transfer between device sets, no program
     if stage.num_standard:
         scfg = rl.sampler_config(rl.max_new_tokens, rl.samples_per_prompt, tokenizer.stop_ids)
         call = SamplerCall("rl.rollout", stage.num_standard, rl.max_prompt_tokens, scfg)

@@ -23,6 +23,7 @@ from prd_jax.data.synthetic import CharVocab
 from prd_jax.eval_config import EvalConfig
 from prd_jax.mesh import make_mesh
 from prd_jax.train.config import TrainConfig
+from prd_jax.train.rollout_mesh import split_devices, train_mesh
 from prd_jax.train.setup import model_tokenizer
 
 log = logging.getLogger(__name__)
@@ -115,17 +116,22 @@ def tokenizer_for(config):
 
 def build(config, target: Target, whole_operators: bool = False):
     """(mesh, programs, tokenizer label) for `config` on `target`."""
-    declared_mesh = typed(config).mesh
-    mesh = make_mesh(declared_mesh or None, target_devices(target))
-    if mesh.devices.size != target.devices:
+    settings, devices = typed(config), target_devices(target)
+    declared_mesh, train_devices = settings.mesh, target.devices
+    if isinstance(settings, TrainConfig):  # `rollout.placement="split"` trains on the devices that do not sample
+        train_devices = len(split_devices(settings.rollout, devices)[1])
+        mesh = train_mesh(settings, devices)
+    else:
+        mesh = make_mesh(declared_mesh or None, devices)
+    if mesh.devices.size != train_devices:
         raise ValueError(f"config.mesh={declared_mesh!r} uses {mesh.devices.size} devices; the target "
-                         f"{target.label} has {target.devices}")
+                         f"{target.label} has {train_devices} for it")
     cfg = PG.model_config(config)
     tok, tok_label = tokenizer_for(config)
     if "operators" in config:
         progs = PG.eval_programs(config, cfg, mesh, tok, target.chip, whole_operators)
     else:
-        progs = PG.training_programs(config, cfg, mesh, tok, target.chip)
+        progs = PG.training_programs(config, cfg, mesh, tok, target.chip, devices)
     return mesh, progs, tok_label
 
 

@@ -8,8 +8,9 @@ A training config (`configs/sft/*.py`, `configs/rl/*.py`) is a ConfigDict laid o
 - the run (`RunSettings`, top level): stage, seed, task, split, data_dir, tokenizer, mesh, ...;
 - the loop (`LoopSettings`, top level): batch size, steps, checkpoints, eval cadence;
 - `model` (`ModelInit`), `data` (`DataSettings`), `optim` (`train.optim.OptimConfig`),
-  `wandb` (`tracking.WandbConfig`) and, for RL only, `rl` (`train.rl_config.RLConfig`, which
-  holds the top-level `sampling`).
+  `wandb` (`tracking.WandbConfig`), `rollout` (`train.rollout_mesh.RolloutSettings`: where RL
+  rollouts sample) and, for RL only, `rl` (`train.rl_config.RLConfig`, which holds the
+  top-level `sampling`).
 
 Every field carries a one-line description (`describe`); `config_fields.declared` lists the
 fields of these dataclasses, so `--config.x=v` and `--print-config` follow them. The problems'
@@ -32,6 +33,7 @@ from prd_jax.tasks import check_removed_fields, get_task, task_names
 from prd_jax.tracking import WandbConfig, check_loggers
 from prd_jax.train.optim import OptimConfig
 from prd_jax.train.rl_config import RLConfig
+from prd_jax.train.rollout_mesh import RolloutSettings
 
 STAGES = ("sft", "rl")
 INITS = ("random", "pretrained", "checkpoint")
@@ -138,6 +140,7 @@ class TrainConfig(RunSettings, LoopSettings):
     data: DataSettings = _field("SFT rows and RL problem caps", factory=DataSettings)
     optim: OptimConfig = _field("learning-rate schedule and AdamW")
     rl: Optional[RLConfig] = _field("RL settings (config.rl, with config.sampling); None for SFT", None)
+    rollout: RolloutSettings = _field("the mesh and devices RL rollouts sample on", factory=RolloutSettings)
 
     def __post_init__(self):
         for prefix, obj in (("", self), ("model.", self.model), ("data.", self.data)):
@@ -164,6 +167,9 @@ class TrainConfig(RunSettings, LoopSettings):
         elif self.rl is not None:
             raise ValueError("config.rl is set but config.stage='sft'; remove config.rl (and config.sampling) "
                              "or set config.stage='rl'")
+        if self.stage == "sft" and self.rollout != RolloutSettings():
+            raise ValueError(f"config.rollout={self.rollout} is set but config.stage='sft' (only RL samples); "
+                             "remove config.rollout")
 
     def _check_model(self) -> None:
         m = self.model
@@ -240,6 +246,7 @@ class TrainConfig(RunSettings, LoopSettings):
         except TypeError as e:
             raise ValueError(f"config.optim: {e}") from None
         top["wandb"] = WandbConfig.from_config(raw.get("wandb"))
+        top["rollout"] = RolloutSettings.from_config(raw.get("rollout"))
         if raw.get("rl") is not None:
             top["rl"] = RLConfig.from_config(config)  # with the top-level config.sampling
         elif raw.get("sampling") is not None:
@@ -257,7 +264,7 @@ def _known(raw: dict, cls, prefix: str, skip=()) -> dict:
     """`raw`'s entries that are fields of `cls` (sub-groups left to the caller); unknown keys raise,
     required ones missing raise, each naming the fields."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    groups = {"model", "data", "optim", "rl", "wandb"} if cls is TrainConfig else set()
+    groups = {"model", "data", "optim", "rl", "wandb", "rollout"} if cls is TrainConfig else set()
     unknown = sorted(set(raw) - set(fields) - set(skip))
     if unknown:
         where = f"config.{prefix[:-1]}" if prefix else "training config"

@@ -36,6 +36,7 @@ from prd_jax.train.chunked_xent import chunked_token_logprobs
 from prd_jax.train.config import TrainConfig
 from prd_jax.train.rl_config import RLConfig, eval_entries
 from prd_jax.train.rl_eval import HeldOutEval
+from prd_jax.train.rollout_mesh import RolloutLayout, rollout_mesh
 from prd_jax.train.rollout_log import StepSamples
 from prd_jax.train.losses import aggregate, aux_sft_scale, aux_sft_term, k3_kl, policy_loss
 from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
@@ -152,11 +153,18 @@ class RLStage:
     PDR-round rollouts each through the eval operator (`operator_rl.OperatorRollouts`).
     With `verifier` set, V1 verifier rows are built from the standard rollouts. All row
     groups are right-padded to one width and trained on in one update.
+
+    Rollouts sample on `config.rollout`'s mesh (`rollout_mesh`): each step reshards the
+    policy's params into its layout once (`RolloutLayout.put`) before any sampling; `devices`
+    are the devices the split rule divides (default `jax.devices()`; `prd-jax compile` passes
+    the target's).
     """
 
-    def __init__(self, config, cfg, tokenizer, mesh, *, load_data: bool = True):
+    def __init__(self, config, cfg, tokenizer, mesh, *, load_data: bool = True, devices=None):
         self.config = config = TrainConfig.from_config(config)
         self.cfg, self.tok, self.mesh = cfg, tokenizer, mesh
+        self.rollout_mesh = rmesh = rollout_mesh(config, mesh, devices)
+        self.layout = RolloutLayout(cfg, mesh, rmesh)
         if config.rl is None:
             raise ValueError(f"config.stage={config.stage!r}: RLStage needs config.stage='rl' and config.rl")
         self.rl = rl = config.rl
@@ -186,12 +194,13 @@ class RLStage:
         self.epoch, self.offset = 0, 0
         self.ref_params = None
         self.initial_params = None  # the run's starting params (KL reference, frozen-base candidates)
+        self._initial_rollout = None  # the same in the rollout layout (frozen-base candidates)
         self.reward_fn = TaskReward(task, rows)  # (completion text, gold key) -> reward; .grades for a batch
         self._generate = jax.jit(self._rollout_fn, static_argnames=("scfg",))
-        self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, mesh, rl.operator, self.num_operator,
+        self.operator = (operator_rl.OperatorRollouts(rl, cfg, tokenizer, rmesh, rl.operator, self.num_operator,
                                                       task=task, rows=rows)
                          if self.num_operator else None)
-        self.verifier = (operator_rl.VerifierRollouts(rl, cfg, tokenizer, mesh, self.num_standard, task=task)
+        self.verifier = (operator_rl.VerifierRollouts(rl, cfg, tokenizer, rmesh, self.num_standard, task=task)
                          if rl.verifier != "none" else None)
         shapes = param_shapes(cfg)
         widths = [rl.max_prompt_tokens + rl.max_new_tokens - 1] if self.num_standard else []
@@ -202,7 +211,7 @@ class RLStage:
                      + (self.verifier.rows if self.verifier else 0))
         assert self.rows == batch_rows(rl), (self.rows, batch_rows(rl))
         # held-out eval (`rl_eval`, every config.eval_every steps) and sample rollouts (`rollout_log`)
-        self.held_out = (HeldOutEval(config, rl, cfg, tokenizer, mesh, task)
+        self.held_out = (HeldOutEval(config, rl, cfg, tokenizer, rmesh, task)
                          if load_data and config.eval_every else None)
         self._rollout_records = {}  # trainer step -> picked rollout records
 
@@ -264,8 +273,8 @@ class RLStage:
 
     # -- rollouts
     def _rollout_fn(self, params, prompts, lengths, keys, scfg):
-        return ModelLM(params, self.cfg, self.tok.pad_id, self.mesh).generate(prompts, lengths, keys, scfg,
-                                                                             name="rl.rollout")
+        return ModelLM(params, self.cfg, self.tok.pad_id, self.rollout_mesh).generate(prompts, lengths, keys, scfg,
+                                                                                     name="rl.rollout")
 
     def _ref_logp(self, batch: dict) -> np.ndarray:
         if self.ref_params is None:
@@ -315,17 +324,18 @@ class RLStage:
             self.ref_params = self._initial(state, step)  # frozen reference: the starting policy
         chosen = self._take(rl.prompts_per_step)
         standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
-        step_key = jax.random.fold_in(state.rng, step)
+        step_key = self.layout.replicate(jax.random.fold_in(state.rng, step))
         groups, metrics, t0 = [], {}, time.perf_counter()
+        params = self.layout.put(state.params)  # the rollout layout, once per step (rollout_mesh)
         every = rl.log_rollouts_every  # the trainer logs this batch's step as step + 1
         samples = StepSamples(self.tok) if every and (step + 1) % every == 0 else None
         if standard:
-            batch, m, rollouts = self._standard(state.params, jax.random.fold_in(step_key, 0), standard, samples)
+            batch, m, rollouts = self._standard(params, jax.random.fold_in(step_key, 0), standard, samples)
             groups.append(batch)
             metrics.update(m)
         if operator:
             t1 = time.perf_counter()
-            op_groups, m = self.operator(state.params, jax.random.fold_in(step_key, 1),
+            op_groups, m = self.operator(params, jax.random.fold_in(step_key, 1),
                                          [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages,
                                          samples=samples)
             groups += op_groups
@@ -334,11 +344,12 @@ class RLStage:
             rng = np.random.default_rng([self.config.seed, rl.seed_offset, step])
             candidates = rollouts
             if rl.verifier_samples == "frozen_base":  # non-co-evolving ablation: the base model's samples
-                _, m, candidates = self._standard(self._initial(state, step), jax.random.fold_in(step_key, 3),
-                                                  standard)
+                if self._initial_rollout is None:
+                    self._initial_rollout = self.layout.put(self._initial(state, step))
+                _, m, candidates = self._standard(self._initial_rollout, jax.random.fold_in(step_key, 3), standard)
                 metrics["time/frozen_base_rollout_s"] = m["time/rollout_s"]
             metrics["verifier/candidate_accuracy"] = float(np.mean(candidates[2]))
-            batch, m = self.verifier(state.params, jax.random.fold_in(step_key, 2),
+            batch, m = self.verifier(params, jax.random.fold_in(step_key, 2),
                                      [self.tok.encode(c[2]) for c in standard], *candidates, rng)
             groups.append(batch)
             metrics.update(m)
@@ -366,7 +377,7 @@ class RLStage:
     # -- held-out eval and sample rollouts (the trainer's hooks)
     def evaluate(self, params, step: int) -> dict:
         """Held-out accuracy and budgets per eval operator (`rl_eval.HeldOutEval`); {} when off."""
-        return self.held_out(params) if self.held_out is not None else {}
+        return self.held_out(self.layout.put(params)) if self.held_out is not None else {}
 
     def rollout_records(self, step: int) -> list:
         """The rollouts picked at trainer step `step` for the text log (`rollout_log`); [] on other steps."""

@@ -55,7 +55,6 @@ from prd_jax import fileio, prompts
 from prd_jax.checkpoint import latest_params
 from prd_jax.data import chat_traces, seqio_rows, sft, synthetic
 from prd_jax.host import on_main
-from prd_jax.mesh import make_mesh
 from prd_jax.model.config import NAMED_CONFIGS, ModelConfig
 from prd_jax.model.loader import load, smollm2_gguf_path
 from prd_jax.model.tokenizer import Tokenizer, for_model
@@ -63,6 +62,7 @@ from prd_jax.model.weights import param_shardings
 from prd_jax.tasks import SeqioData, get_task, require_data
 from prd_jax.tasks.synthetic import DrawnTask
 from prd_jax.train.config import TrainConfig
+from prd_jax.train.rollout_mesh import train_mesh
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ def model_overrides(config) -> dict:
 
 
 def build_mesh(config):
-    return make_mesh(TrainConfig.from_config(config).mesh or None)
+    """The training mesh: `config.mesh` over the training devices (`rollout_mesh.train_mesh`)."""
+    return train_mesh(TrainConfig.from_config(config))
 
 
 def build_model(config, mesh) -> tuple[ModelConfig, Optional[Any], Any]:
