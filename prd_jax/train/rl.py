@@ -344,7 +344,8 @@ class RLStage:
         if rl.kl_coef and self.ref_params is None:
             self.ref_params = self._initial(state, step)  # frozen reference: the starting policy
         chosen = launched.chosen if launched is not None else self._take(rl.prompts_per_step)
-        outs = launched.outputs if launched is not None else {}
+        # the launched device outputs, as keyword `out` of the call that grades them
+        outs = {k: {"out": v} for k, v in launched.outputs.items()} if launched is not None else {}
         standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
         step_key = jax.random.fold_in(state.rng, step)
         groups, metrics, t0 = [], {}, time.perf_counter()
@@ -352,14 +353,14 @@ class RLStage:
         samples = StepSamples(self.tok) if every and (step + 1) % every == 0 else None
         if standard:
             batch, m, rollouts = self._standard(state.params, jax.random.fold_in(step_key, 0), standard, samples,
-                                                out=outs.get("standard"))
+                                                **outs.get("standard", {}))
             groups.append(batch)
             metrics.update(m)
         if operator:
             t1 = time.perf_counter()
             op_groups, m = self.operator(state.params, jax.random.fold_in(step_key, 1),
                                          [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages,
-                                         samples=samples, out=outs.get("operator"))
+                                         samples=samples, **outs.get("operator", {}))
             groups += op_groups
             metrics.update(m, **{"time/operator_rollout_s": time.perf_counter() - t1})
         if self.verifier:
