@@ -120,6 +120,14 @@ def _stage(off_policy_steps):
     return rl_mod.RLStage(config, cfg, tok, mesh), config, cfg, mesh
 
 
+def test_an_on_policy_resume_of_an_async_checkpoint_retakes_the_in_flight_prompts():
+    stage, _, _, _ = _stage(0)
+    first = stage._take(2)
+    stage.restore_data({"epoch": 0, "offset": 4, "in_flight": {"step": 1, "policy_step": 0, "epoch": 0, "offset": 0,
+                                                               "arrays": {}}})
+    assert (stage.epoch, stage.offset) == (0, 0) and stage._take(2) == first
+
+
 @pytest.mark.slow
 def test_step_t_plus_1_trains_on_rollouts_of_the_step_t_weights(spread_reward):
     off, config, cfg, mesh = _stage(1)

@@ -7,6 +7,8 @@ then optimizer updates on that batch inside one compiled step: `rl.updates_per_b
 over it, each split into `rl.minibatches` mini-batches with one update apiece
 (`minibatch_updates`), so from the second update on the ratio to the sampling policy moves
 and the clip bounds act (PPO, arXiv 1707.06347, §5, Alg. 1: K epochs over minibatches).
+With `rl.off_policy_steps=1` the batch's rollouts were sampled one step earlier, with the
+previous step's params (`async_rollouts`: one-step-asynchronous RL, decoupled loss).
 
 The loss (per completion token, `losses.policy_loss`): PPO-clip with asymmetric
 eps_low/eps_high or CISPO, aggregated token-mean, sequence-mean-token-mean or with Dr.GRPO's
