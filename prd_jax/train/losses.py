@@ -83,8 +83,9 @@ def aggregate(per_token: Array, weights: Array, mode: str = "token_mean", norm_t
 
 def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Array, *,
                 kind: str = "cispo", eps_low: float = 0.2, eps_high: float = 0.28,
-                aggregation: str = "token_mean",
-                cispo_lower_clip: bool = False) -> Tuple[Array, Array, Dict[str, SumCount]]:
+                aggregation: str = "token_mean", cispo_lower_clip: bool = False,
+                prox_logp: Array = None, behaviour_weight_cap: float = 2.0,
+                ) -> Tuple[Array, Array, Dict[str, SumCount]]:
     """Clipped policy-gradient loss; returns `(loss_sum, count, metrics)`.
 
     `new_logp, old_logp, weights: [B, T]`; `advantages: [B]` (one per sequence) or `[B, T]`.
@@ -98,9 +99,22 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
       keeps a gradient. `cispo_lower_clip=True` (our option) also bounds it below:
       `w = clip(r, lo, hi)`; only then is `eps_low` used by CISPO.
 
+    Stale rollouts (`prox_logp` given; `rl.off_policy_steps=1`, `train.async_rollouts`):
+    `old_logp` is the behaviour policy's (the sampler's record, one step stale) and `prox_logp`
+    the proximal policy's (this step's starting params). AReaL's decoupled PPO objective (Fu et
+    al., arXiv 2505.24298): the trust region is taken on `r = exp(new - prox)` (PPO's clip,
+    CISPO's weight bound as above) and each token's term is multiplied by the behaviour
+    importance weight `w = exp(prox - old)`, so the whole ratio is against the behaviour policy.
+    `w` is truncated at `behaviour_weight_cap`, `min(w, C)`, as truncated importance sampling
+    does (TIS, Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+    Training"); AReaL instead drops the tokens above its cap. Ours: truncation, C = 2, and
+    CISPO under the decoupled form. Without `prox_logp` nothing of this is computed.
+
     Metrics (token-weighted `(sum, count)`): "clip_fraction", the share of tokens where
     clipping is active (PPO: where the clipped term is the minimum and differs; CISPO: where
-    `r > hi`, or `r < lo` with the lower clip on), and "ratio", the mean of `r`.
+    `r > hi`, or `r < lo` with the lower clip on), and "ratio", the mean of `r`; with
+    `prox_logp` also "behaviour_weight", the mean of the truncated `w`, and
+    "behaviour_weight_truncated", the share of tokens with `w > C`.
     """
     check_choice("policy loss kind", kind, LOSSES)
     _check_aggregation(aggregation)
@@ -123,6 +137,16 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
         adv = adv[:, None]
     adv = jnp.broadcast_to(adv, new_logp.shape)
     lo, hi = 1.0 - eps_low, 1.0 + eps_high
+    behaviour_weight = None
+    if prox_logp is not None:
+        if prox_logp.shape != new_logp.shape:
+            raise ValueError(f"prox_logp must have the shape of new_logp {new_logp.shape}; got {prox_logp.shape}")
+        if not behaviour_weight_cap >= 1.0:
+            raise ValueError(f"behaviour_weight_cap={behaviour_weight_cap}; must be >= 1")
+        prox_logp = jax.lax.stop_gradient(prox_logp.astype(jnp.float32))
+        raw_weight = jnp.exp(prox_logp - old_logp)
+        behaviour_weight = jnp.minimum(raw_weight, behaviour_weight_cap)
+        old_logp = prox_logp  # the trust region's anchor
     ratio = jnp.exp(new_logp - old_logp)
 
     if kind == "ppo":
@@ -138,6 +162,8 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
             is_clipped = is_clipped | (ratio < lo)
             is_weight = jnp.maximum(is_weight, lo)
         per_token = -jax.lax.stop_gradient(is_weight) * adv * new_logp
+    if behaviour_weight is not None:
+        per_token = behaviour_weight * per_token
 
     loss_sum, count = aggregate(per_token, weights, aggregation)
     w = weights.astype(jnp.float32)
@@ -146,6 +172,9 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
         "clip_fraction": (jnp.sum(w * is_clipped.astype(jnp.float32)), token_count),
         "ratio": (jnp.sum(w * jax.lax.stop_gradient(ratio)), token_count),
     }
+    if behaviour_weight is not None:
+        metrics["behaviour_weight"] = (jnp.sum(w * behaviour_weight), token_count)
+        metrics["behaviour_weight_truncated"] = (jnp.sum(w * (raw_weight > behaviour_weight_cap)), token_count)
     return loss_sum, count, metrics
 
 

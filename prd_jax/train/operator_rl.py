@@ -145,12 +145,15 @@ class OperatorRollouts:
         sizes = self.spec.round_sizes()
         return self.num_problems * self.g * sum(sizes[r] for r, _ in self.trained)
 
-    def __call__(self, params, key, chosen, reward_fn, advantage, samples=None):
-        """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each); each
-        trained round's rows also go to `samples` (`rollout_log.StepSamples`) when given."""
-        problems = self._problems(chosen)
-        keys = jax.random.split(key, len(chosen) * self.g)
-        out = to_host(self._run(params, problems, keys))
+    def launch(self, params, key, chosen):
+        """Dispatch the G operator runs of each of `chosen` (device arrays; `__call__(out=)` grades them)."""
+        return self._run(params, self._problems(chosen), jax.random.split(key, len(chosen) * self.g))
+
+    def __call__(self, params, key, chosen, reward_fn, advantage, samples=None, out=None):
+        """Row groups (refine [, drafts]) and metrics for `chosen` problems (G runs each), or for
+        `out`, the runs `launch` dispatched; each trained round's rows also go to `samples`
+        (`rollout_log.StepSamples`) when given."""
+        out = to_host(self.launch(params, key, chosen) if out is None else out)
         answers = [a for _, a in chosen for _ in range(self.g)]
         groups, metrics = [], {}
         for r, name in self.trained:

@@ -7,6 +7,8 @@ then optimizer updates on that batch inside one compiled step: `rl.updates_per_b
 over it, each split into `rl.minibatches` mini-batches with one update apiece
 (`minibatch_updates`), so from the second update on the ratio to the sampling policy moves
 and the clip bounds act (PPO, arXiv 1707.06347, §5, Alg. 1: K epochs over minibatches).
+With `rl.off_policy_steps=1` the batch's rollouts were sampled one step earlier, with the
+previous step's params (`async_rollouts`: one-step-asynchronous RL, decoupled loss).
 
 The loss (per completion token, `losses.policy_loss`): PPO-clip with asymmetric
 eps_low/eps_high or CISPO, aggregated token-mean, sequence-mean-token-mean or with Dr.GRPO's
@@ -31,7 +33,7 @@ from prd_jax.model.decoder import forward, init_params, param_shapes
 from prd_jax.model.weights import param_shardings
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts
-from prd_jax.train import advantages as adv_lib, operator_rl, router_aux
+from prd_jax.train import advantages as adv_lib, async_rollouts, operator_rl, router_aux
 from prd_jax.train.chunked_xent import chunked_token_logprobs
 from prd_jax.train.config import TrainConfig
 from prd_jax.train.rl_config import RLConfig, eval_entries
@@ -91,7 +93,8 @@ def rl_loss_fn(cfg, mesh, rl: RLConfig):
         w = b["weights"]
         total, count, metrics = policy_loss(logp, b["old_logp"], b["advantages"], w, kind=rl.loss,
                                             eps_low=rl.eps_low, eps_high=rl.eps_high, aggregation=rl.aggregation,
-                                            cispo_lower_clip=rl.cispo_lower_clip)
+                                            cispo_lower_clip=rl.cispo_lower_clip, prox_logp=b.get("prox_logp"),
+                                            behaviour_weight_cap=rl.off_policy_weight_cap)
         metrics = dict(metrics)
         metrics["entropy"] = aggregate(entropy, w)
         kl = k3_kl(logp, b["ref_logp"])
@@ -165,6 +168,7 @@ class RLStage:
         self.cfg, self.tok, self.mesh = cfg, tokenizer, mesh
         self.rollout_mesh = rmesh = rollout_mesh(config, mesh, devices)
         self.layout = RolloutLayout(cfg, mesh, rmesh)
+        self._rollout_copy = None  # (step, params in the rollout layout) while that step's batch is built
         if config.rl is None:
             raise ValueError(f"config.stage={config.stage!r}: RLStage needs config.stage='rl' and config.rl")
         self.rl = rl = config.rl
@@ -214,6 +218,8 @@ class RLStage:
         self.held_out = (HeldOutEval(config, rl, cfg, tokenizer, rmesh, task)
                          if load_data and config.eval_every else None)
         self._rollout_records = {}  # trainer step -> picked rollout records
+        # rl.off_policy_steps=1: step t+1's rollouts launched with the step-t weights (`async_rollouts`)
+        self.async_rollouts = async_rollouts.AsyncRollouts(self) if rl.off_policy_steps else None
 
     # -- prompts and data position
     def prompt_ids(self, problem: str) -> list:
@@ -233,15 +239,19 @@ class RLStage:
         return out
 
     def data_state(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset}
+        state = {"epoch": self.epoch, "offset": self.offset}
+        return self.async_rollouts.data_state(state) if self.async_rollouts else state
 
     def restore_data(self, state) -> None:
         self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+        if self.async_rollouts or "in_flight" in state:  # the in-flight rollouts' prompts are retaken
+            async_rollouts.restore(self, state)
 
     # -- shapes and loss
     def abstract_batch(self):
         t = self.width
-        shapes = {k: ((self.rows, t), jnp.float32) for k in ("weights", "old_logp", "ref_logp")}
+        shapes = {k: ((self.rows, t), jnp.float32) for k in ("weights", "old_logp", "ref_logp")
+                  + (("prox_logp",) if self.rl.off_policy_steps else ())}
         shapes.update({k: ((self.rows, t), jnp.int32) for k in ("inputs", "targets", "positions", "segment_ids")})
         shapes.update(advantages=((self.rows,), jnp.float32), correct=((self.rows,), jnp.float32))
         if self._aux_scaled:
@@ -279,27 +289,43 @@ class RLStage:
     def _ref_logp(self, batch: dict) -> np.ndarray:
         if self.ref_params is None:
             return batch["old_logp"]
+        return self.policy_logp(self.ref_params, batch)
+
+    def policy_logp(self, params, batch: dict) -> np.ndarray:
+        """Per-token logprobs `[B, T]` of the host batch's targets under `params` (one forward pass)."""
         if not hasattr(self, "_ref_forward"):
             self._ref_forward = jax.jit(lambda p, b: chunked_token_logprobs(
                 self.cfg, p, forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"],
                                      mesh=self.mesh, return_hidden=True)[0], b["targets"], mesh=self.mesh)[0])
         keys = ("inputs", "positions", "segment_ids", "targets")
-        return np.asarray(to_host(self._ref_forward(self.ref_params, {k: batch[k] for k in keys})))
+        return np.asarray(to_host(self._ref_forward(params, {k: batch[k] for k in keys})))
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
 
-    def _standard(self, params, key, chosen, samples=None):
-        rl, g = self.rl, self.rl.samples_per_prompt
-        pw = rl.max_prompt_tokens
+    def _prompt_block(self, chosen):
+        """Left-padded standard rollout prompts `[P, max_prompt_tokens]` and their lengths `[P]`."""
+        pw = self.rl.max_prompt_tokens
         prompts = np.full((len(chosen), pw), self.tok.pad_id, np.int32)
         lengths = np.array([len(c[0]) for c in chosen], np.int32)
         for i, c in enumerate(chosen):
             prompts[i, pw - len(c[0]):] = c[0]
-        keys = jax.random.split(key, len(chosen))
-        scfg = rl.sampler_config(rl.max_new_tokens, g, self.tok.stop_ids)
+        return prompts, lengths
+
+    def launch_standard(self, params, key, chosen):
+        """Dispatch the standard rollouts of `chosen` (device arrays; `to_host` waits for them)."""
+        rl = self.rl
+        prompts, lengths = self._prompt_block(chosen)
+        scfg = rl.sampler_config(rl.max_new_tokens, rl.samples_per_prompt, self.tok.stop_ids)
+        return self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), jax.random.split(key, len(chosen)),
+                              scfg=scfg)
+
+    def _standard(self, params, key, chosen, samples=None, out=None):
+        """Standard rollouts of `chosen` (or `out`, ones `launch_standard` dispatched), graded."""
+        g = self.rl.samples_per_prompt
+        prompts, lengths = self._prompt_block(chosen)
         t0 = time.perf_counter()
-        out = to_host(self._generate(params, jnp.asarray(prompts), jnp.asarray(lengths), keys, scfg=scfg))
+        out = to_host(self.launch_standard(params, key, chosen) if out is None else out)
         t1 = time.perf_counter()
         rows = len(chosen) * g
         texts = answer_texts(self.tok, out.tokens[:rows], out.lengths[:rows])  # after any thinking block
@@ -319,25 +345,45 @@ class RLStage:
         return batch, metrics, (out.tokens, out.lengths - out.stopped.astype(np.int32), correct)
 
     def next_batch(self, state, step: int, rows=None):
+        try:
+            if self.async_rollouts:
+                return self.async_rollouts.next_batch(state, step, rows)
+            return self.batch(state, step, rows)
+        finally:
+            self._rollout_copy = None  # the rollout-layout params are not held through the update
+
+    def rollout_params(self, state, step: int):
+        """`state.params` (step `step`'s) in the rollout layout: resharded once per step, shared by
+        the step's own rollouts and, off-policy, the next step's launch (`rollout_mesh`)."""
+        if self._rollout_copy is None or self._rollout_copy[0] != step:
+            self._rollout_copy = (step, self.layout.put(state.params))
+        return self._rollout_copy[1]
+
+    def batch(self, state, step: int, rows=None, launched=None):
+        """Step `step`'s batch: its prompts, rollouts with `state.params`, rewards, advantages; or the
+        prompts and rollouts of `launched` (an `async_rollouts.Launched`, sampled earlier)."""
         rl = self.rl
         if rl.kl_coef and self.ref_params is None:
             self.ref_params = self._initial(state, step)  # frozen reference: the starting policy
-        chosen = self._take(rl.prompts_per_step)
+        chosen = launched.chosen if launched is not None else self._take(rl.prompts_per_step)
+        # the launched device outputs, as keyword `out` of the call that grades them
+        outs = {k: {"out": v} for k, v in launched.outputs.items()} if launched is not None else {}
         standard, operator = chosen[:self.num_standard], chosen[self.num_standard:]
         step_key = self.layout.replicate(jax.random.fold_in(state.rng, step))
         groups, metrics, t0 = [], {}, time.perf_counter()
-        params = self.layout.put(state.params)  # the rollout layout, once per step (rollout_mesh)
+        params = self.rollout_params(state, step)  # the rollout layout, once per step (rollout_mesh)
         every = rl.log_rollouts_every  # the trainer logs this batch's step as step + 1
         samples = StepSamples(self.tok) if every and (step + 1) % every == 0 else None
         if standard:
-            batch, m, rollouts = self._standard(params, jax.random.fold_in(step_key, 0), standard, samples)
+            batch, m, rollouts = self._standard(params, jax.random.fold_in(step_key, 0), standard, samples,
+                                                **outs.get("standard", {}))
             groups.append(batch)
             metrics.update(m)
         if operator:
             t1 = time.perf_counter()
             op_groups, m = self.operator(params, jax.random.fold_in(step_key, 1),
                                          [(c[2], c[1]) for c in operator], self.reward_fn, self._advantages,
-                                         samples=samples)
+                                         samples=samples, **outs.get("operator", {}))
             groups += op_groups
             metrics.update(m, **{"time/operator_rollout_s": time.perf_counter() - t1})
         if self.verifier:

@@ -21,6 +21,7 @@ GRADIENT_TARGETS = ("refine", "drafts_and_refine")
 VERIFIERS = ("none", "pairwise", "pointwise")
 VERIFIER_BASELINES = ("group", "batch")  # per prompt group (Dr. GRPO) or the whole step's verifier rows
 VERIFIER_SAMPLES = ("policy", "frozen_base")  # whose rollouts the verifier rows quote
+OFF_POLICY_STEPS = (0, 1)  # rollout staleness: on-policy, or one step (`train.async_rollouts`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,11 @@ class RLConfig:
     # how rollout, operator and verifier calls sample, and their memory bounds (`max_rows`:
     # decode rows in flight per call): `config.sampling`, the one sampling config
     sampling: Sampling = Sampling()
+    # one-step-asynchronous RL (`train.async_rollouts`): 1 = step t+1's rollouts are generated with
+    # the step-t weights while step t trains; the loss's decoupled correction truncates the
+    # behaviour weight at off_policy_weight_cap (`losses.policy_loss`)
+    off_policy_steps: int = 0
+    off_policy_weight_cap: float = 2.0
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
@@ -99,6 +105,12 @@ class RLConfig:
         for f in ("eval_problems", "log_rollouts"):
             if getattr(self, f) < 1:
                 raise ValueError(f"config.rl.{f}={getattr(self, f)}; must be >= 1")
+        if type(self.off_policy_steps) is not int or self.off_policy_steps not in OFF_POLICY_STEPS:
+            raise ValueError(f"config.rl.off_policy_steps={self.off_policy_steps!r}; allowed: 0 (on-policy) or 1 "
+                             "(one-step-asynchronous: step t+1's rollouts sampled with the step-t weights)")
+        if not self.off_policy_weight_cap >= 1.0:
+            raise ValueError(f"config.rl.off_policy_weight_cap={self.off_policy_weight_cap}; must be >= 1 "
+                             "(the truncation of the behaviour importance weight)")
         if self.log_rollouts_every < 0:
             raise ValueError(f"config.rl.log_rollouts_every={self.log_rollouts_every}; must be >= 0 (0 = off)")
         if self.max_problem_tokens < 0:
