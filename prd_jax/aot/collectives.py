@@ -14,17 +14,13 @@ import re
 from typing import List
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from prd_jax.aot.decode_step import abstract_params
+from prd_jax.aot.hlo_cost import DTYPE_BYTES, KINDS
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.decode import decode_cache, decode_step, decode_weights, init_cache
-from prd_jax.model.decoder import param_shapes
 from prd_jax.model.weights import param_shardings
 
-KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 _OP = re.compile(r"=\s*(\(.*?\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+(" + "|".join(KINDS) + r")(-done)?\(")
 _ARRAY = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")
 
@@ -49,7 +45,7 @@ def collectives(hlo_text: str) -> List[Collective]:
         if m.group(3):  # -done of a start: the result is the last array of the start's tuple
             arrays = arrays[-1:]
         out.append(Collective(m.group(2), tuple(s for _, s in arrays),
-                              sum(_DTYPE_BYTES.get(dt, 4) * int(np.prod(s)) for dt, s in arrays)))
+                              sum(DTYPE_BYTES.get(dt, 4) * int(np.prod(s)) for dt, s in arrays)))
     return out
 
 
@@ -57,24 +53,6 @@ def total_bytes(ops: List[Collective], kind: str = "") -> int:
     return sum(c.bytes for c in ops if not kind or c.kind == kind)
 
 
-def _abstract_params(cfg: ModelConfig, mesh):
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                        param_shapes(cfg), param_shardings(cfg, mesh))
-
-
-def decode_step_lowered(cfg: ModelConfig, mesh, rows: int, slots: int):
-    """One sampler decode step on `mesh` (the decode weights built from the params in the
-    step, as the sampler builds them once per call), lowered with abstract args."""
-    def step(params, tokens, positions, caches, start, index):
-        return decode_step(cfg, decode_weights(cfg, params, mesh), tokens, positions, caches, start, index,
-                           mesh=mesh)
-
-    caches = jax.eval_shape(lambda: decode_cache(init_cache(cfg, rows, slots), mesh))
-    vec = jax.ShapeDtypeStruct((rows,), jnp.int32)
-    return jax.jit(step).lower(_abstract_params(cfg, mesh), vec, vec, caches, vec,
-                               jax.ShapeDtypeStruct((), jnp.int32))
-
-
 def reshard_lowered(cfg: ModelConfig, mesh, rollout):
     """The params' reshard from `mesh`'s layout to `rollout`'s (same devices) as one program."""
-    return jax.jit(lambda p: p, out_shardings=param_shardings(cfg, rollout)).lower(_abstract_params(cfg, mesh))
+    return jax.jit(lambda p: p, out_shardings=param_shardings(cfg, rollout)).lower(abstract_params(cfg, mesh))

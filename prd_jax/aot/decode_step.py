@@ -38,7 +38,8 @@ def rows_in_flight(prompts: int, scfg: SamplingConfig, mesh) -> int:
     return prompts // chunks * scfg.num_samples
 
 
-def _abstract_params(cfg: ModelConfig, mesh):
+def abstract_params(cfg: ModelConfig, mesh):
+    """The params' shapes with their shardings on `mesh` (`param_shardings`)."""
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         param_shapes(cfg), param_shardings(cfg, mesh))
 
@@ -46,8 +47,8 @@ def _abstract_params(cfg: ModelConfig, mesh):
 def abstract_weights(cfg: ModelConfig, mesh):
     """The decode weights' shapes with the shardings XLA derives from the sharded params."""
     fn = jax.jit(functools.partial(decode_weights, cfg, mesh=mesh))
-    compiled = fn.lower(_abstract_params(cfg, mesh)).compile()
-    shapes = jax.eval_shape(fn, _abstract_params(cfg, mesh))
+    compiled = fn.lower(abstract_params(cfg, mesh)).compile()
+    shapes = jax.eval_shape(fn, abstract_params(cfg, mesh))
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
                         compiled.output_shardings)
 
