@@ -52,7 +52,8 @@ def _release_compiled_programs():
 # workers in collection order (`--dist loadfile`), so a long file collected last would run
 # alone at the end (test_serve.py, ~13 minutes, did: docs/development.md).
 LONG_FIRST = ("test_serve.py", "test_evaluate.py", "test_compile.py", "test_multiprocess.py", "test_demo.py",
-              "test_rollout_batching.py", "test_operator_rl.py", "test_backend_client.py", "test_transformers_serve.py")
+              "test_rollout_batching.py", "test_operator_rl.py", "test_backend_client.py", "test_transformers_serve.py",
+              "test_async_rl.py", "test_rollout_mesh.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
