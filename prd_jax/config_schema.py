@@ -212,3 +212,16 @@ def check_moved(config, keys=None) -> None:
             node = node.get(name) if hasattr(node, "get") else None
         if hasattr(node, "keys") and leaf in node.keys():
             raise ValueError(moved(old, new))
+
+
+def group_from_raw(cls, raw, group: str):
+    """The frozen dataclass `cls` of `config.<group>` from a dict, ConfigDict, `cls` or None
+    (defaults); unknown keys raise one line naming the allowed fields."""
+    if raw is None or isinstance(raw, cls):
+        return raw or cls()
+    raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise ValueError(f"config.{group}: unknown keys {unknown}; allowed: {allowed}")
+    return cls(**raw)

@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image
 
 from prd_jax import fileio
+from prd_jax.config_schema import group_from_raw
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,7 @@ class WandbConfig:
     @classmethod
     def from_config(cls, config) -> "WandbConfig":
         """From `config.wandb` (a ConfigDict, dict or None = defaults); unknown keys raise naming the allowed."""
-        if config is None or isinstance(config, cls):
-            return config or cls()
-        raw = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(raw) - set(names))
-        if unknown:
-            raise ValueError(f"config.wandb: unknown keys {unknown}; allowed: {names}")
-        return cls(**raw)
+        return group_from_raw(cls, config, "wandb")
 
 
 class Tracker:

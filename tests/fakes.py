@@ -1,6 +1,11 @@
 """Fakes shared by the operator tests: a one-token-per-character tokenizer with a trivial
 chat template, and a grader that compares first tokens."""
 
+import os
+import signal
+import subprocess
+import time
+
 import numpy as np
 
 
@@ -63,3 +68,18 @@ def tiny_eval(operators: list) -> tuple:
         sampling=dict(temperature=1.0, top_p=1.0, top_k=0), max_problem_tokens=64, templates="compact",
         operators=operators))
     return config, model, synthetic.generate(2, 0, 1)
+
+
+def kill_mid_run(cmd: list, env: dict, cwd: str, workdir: str, lines: int) -> int:
+    """Start `cmd` (a training run into `workdir`), SIGKILL it once its metrics.jsonl has
+    `lines` lines (or it ended, or 600 s passed); returns the lines written by then."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    metrics = os.path.join(workdir, "metrics.jsonl")
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= lines:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return sum(1 for _ in open(metrics))

@@ -4,16 +4,15 @@ weights, every RL flavour for two steps, and exact resume after SIGKILL."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fakes import kill_mid_run
 from prd_jax.checkpoint import describe
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.model.decoder import forward
@@ -214,23 +213,13 @@ def test_off_policy_run_resumes_exactly_after_sigkill(tmp_path):
     ref, killed = str(tmp_path / "ref"), str(tmp_path / "killed")
     straight = subprocess.Popen(_train_cmd(ref), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 cwd=ROOT)
-    proc = subprocess.Popen(_train_cmd(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=ROOT)
-    metrics = os.path.join(killed, "metrics.jsonl")
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert 2 <= sum(1 for _ in open(metrics)) < 4, "the run must be killed mid-way"
+    assert 2 <= kill_mid_run(_train_cmd(killed), _env(), ROOT, killed, 2) < 4, "the run must be killed mid-way"
     assert straight.wait(timeout=600) == 0, straight.stderr.read().decode()[-3000:]
     subprocess.run(_train_cmd(killed), check=True, env=_env(), capture_output=True, cwd=ROOT, timeout=600)
     a, b = describe(ref), describe(killed)
     assert a["latest_step"] == b["latest_step"] == 4
     assert a["params_digest"] == b["params_digest"]
-    lines = [json.loads(x) for x in open(metrics)]
+    lines = [json.loads(x) for x in open(os.path.join(killed, "metrics.jsonl"))]
     assert [x["step"] for x in lines] == [1, 2, 3, 4]
     assert [x["rollout/policy_lag"] for x in lines] == [0.0, 1.0, 1.0, 1.0]  # no step resampled on-policy
     assert lines[-1]["loss"] == a["last_metrics"]["loss"]

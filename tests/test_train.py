@@ -4,15 +4,14 @@ exact resume after SIGKILL. (Loss and advantage formulas: test_train_losses.py.)
 import functools
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
 import pytest
 
+from fakes import kill_mid_run
 from prd_jax.checkpoint import describe
 from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.mesh import make_mesh
@@ -177,18 +176,8 @@ def _env():
 def test_exact_resume_after_sigkill(tmp_path):
     ref, killed = str(tmp_path / "ref"), str(tmp_path / "killed")
     subprocess.run(_train_cmd(ref), check=True, env=_env(), capture_output=True, cwd=ROOT, timeout=600)
-    proc = subprocess.Popen(_train_cmd(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=ROOT)
     metrics = os.path.join(killed, "metrics.jsonl")
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    lines = [json.loads(x) for x in open(metrics)]
-    assert 3 <= len(lines) < 6, "the run must be killed mid-way"
+    assert 3 <= kill_mid_run(_train_cmd(killed), _env(), ROOT, killed, 3) < 6, "the run must be killed mid-way"
     subprocess.run(_train_cmd(killed), check=True, env=_env(), capture_output=True, cwd=ROOT, timeout=600)
     a, b = describe(ref), describe(killed)
     assert a["latest_step"] == b["latest_step"] == 6

@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from prd_jax.config_schema import group_from_raw
 from prd_jax.host import to_host
 from prd_jax.mesh import make_mesh, parse_mesh_shape
 from prd_jax.model.weights import param_shardings
@@ -72,16 +73,7 @@ class RolloutSettings:
     @classmethod
     def from_config(cls, raw) -> "RolloutSettings":
         """From `config.rollout` (a dict, ConfigDict or None); unknown keys raise naming the fields."""
-        if raw is None:
-            return cls()
-        if isinstance(raw, cls):
-            return raw
-        raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(raw) - set(allowed))
-        if unknown:
-            raise ValueError(f"config.rollout: unknown keys {unknown}; allowed: {allowed}")
-        return cls(**raw)
+        return group_from_raw(cls, raw, "rollout")
 
 
 def split_devices(settings: RolloutSettings, devices: Optional[Sequence] = None) -> tuple[list, list]:
