@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import pytest
 
 from prd_jax.aot import estimate as E
-from prd_jax.aot.chips import CHIPS, Chip
+from prd_jax.aot.chips import CHIPS, Chip, parse_target
 from prd_jax.aot.decode_step import decode_step_lowered, rows_in_flight
 from prd_jax.aot.hlo_cost import Cost, collectives, group_size, moved_bytes
 from prd_jax.aot.roofline import bound, rl_step_seconds
+from prd_jax.aot.throughput import estimate_all
+from prd_jax.config_io import apply_overrides, load_config
 from prd_jax.mesh import make_mesh
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.sampling import SamplingConfig
@@ -187,3 +189,19 @@ def test_decode_step_for_a_tpu_topology():
     sharded, embed = cfg.num_params() - norms, cfg.vocab_size * cfg.hidden
     assert 0.75 * 2 * sharded <= cost.collective_bytes["all-gather"] <= 0.75 * 4 * (sharded + embed)
     assert cost.bytes_accessed >= cfg.num_params() * 4 / 4 + 8 * 2 * 2 * 2 * 16 * 48 * 4  # params share + KV
+
+
+def test_rollout_estimate_reads_the_rollout_mesh():
+    """Under an `fsdp=4` training mesh, `rollout.mesh=data=4` puts RL's decode step on the rollout
+    layout: its estimate moves no collective bytes (weights whole on each chip), where the
+    training layout's step all-gathers the sharded weights."""
+    def rollout(*extra):
+        config = apply_overrides(load_config(os.path.join(ROOT, "configs/rl/tiny.py")),
+                                 ["--config.mesh=fsdp=4", *extra])
+        est = estimate_all(config, parse_target("h200:4"), only=["rl.rollout"])
+        (d,) = est.decode
+        return d, est
+
+    (train_layout, _), (rollout_layout, est) = rollout(), rollout("--config.rollout.mesh=data=4")
+    assert train_layout.cost.ici_bytes > 0 and rollout_layout.cost.ici_bytes == 0
+    assert est.rollout_chips == 4 and rollout_layout.chips == 4

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,7 @@ class Program:
     detail: str = ""
     knob: str = ""  # the config field that shrinks this program's memory
     calls: tuple = ()  # the sampler calls it makes, in order (`prd-jax compile --estimate` reads them)
+    mesh: Any = None  # the mesh it runs on when not the config's (RL's rollout mesh, `config.rollout`)
 
 
 def mesh3(mesh) -> E.Mesh3:
@@ -261,7 +262,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip, devices=None) -> List[
     rl, train_mesh = stage.rl, mesh
     progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
                            rl.minibatches)]
-    mesh = stage.rollout_mesh  # the rollouts' programs below sample on it
+    mesh, trained = stage.rollout_mesh, len(progs)  # the rollouts' programs below sample on it
     if mesh is not train_mesh and set(mesh.devices.flat) == set(train_mesh.devices.flat):
         progs.append(reshard_program(cfg, train_mesh, mesh))  # split: a transfer between device sets, no program
     if stage.num_standard:
@@ -285,7 +286,7 @@ def training_programs(config, cfg, mesh, tokenizer, chip, devices=None) -> List[
         scfg = rl.sampler_config(rl.verifier_max_new_tokens, 1, tokenizer.stop_ids)
         call = SamplerCall(f"verifier.{rl.verifier}", v.rows, prompts.shape[1], scfg)
         progs.append(sampler_program(cfg, mesh, call, chip, tokenizer.pad_id, "sampling.max_rows"))
-    return progs
+    return progs[:trained] + [dataclasses.replace(p, mesh=mesh) for p in progs[trained:]]
 
 
 def largest_budgets(specs: list) -> list:

@@ -67,8 +67,9 @@ class Estimate:
     decode: List[DecodeEstimate]
     train: Optional[TrainEstimate] = None
     rollout_tokens: float = 0.0  # generated per RL step (every row to its budget)
-    rollout_seconds: float = 0.0  # their decode time on all chips
-    chips: int = 0
+    rollout_seconds: float = 0.0  # their decode time on the rollout mesh
+    chips: int = 0  # the training mesh's
+    rollout_chips: int = 0  # the rollout mesh's (`config.rollout.mesh`; the training mesh by default)
 
     @property
     def has_step(self) -> bool:
@@ -76,7 +77,7 @@ class Estimate:
 
     def step(self, placement: str = "colocated", sample_fraction: float = 0.5, off_policy_steps: int = 0) -> dict:
         """The RL step's modelled time (`roofline.rl_step_seconds`)."""
-        tok_s = self.rollout_tokens / (self.rollout_seconds * self.chips)
+        tok_s = self.rollout_tokens / (self.rollout_seconds * (self.rollout_chips or self.chips))
         return rl_step_seconds(self.rollout_tokens, tok_s, self.train.seconds, self.chips, placement=placement,
                                sample_fraction=sample_fraction, off_policy_steps=off_policy_steps)
 
@@ -87,14 +88,18 @@ def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Es
     cfg = PG.model_config(config)
     chips = mesh.devices.size
     keep = lambda name: not only or any(name.startswith(o) for o in only)
-    by_key, out, weights = {}, Estimate([], chips=chips), None
+    by_key, out, weights = {}, Estimate([], chips=chips), {}
     for p in progs:
+        on = p.mesh or mesh  # RL's sampler programs run on the rollout mesh
         for c in p.calls:
             if c.name.endswith(".logits") or PG.call_key(c) in by_key or not keep(c.name):
                 continue
-            weights = weights or abstract_weights(cfg, mesh)
-            by_key[PG.call_key(c)] = decode_estimate(cfg, mesh, c, target.chip, weights)
+            if on not in weights:
+                weights[on] = abstract_weights(cfg, on)
+            by_key[PG.call_key(c)] = decode_estimate(cfg, on, c, target.chip, weights[on])
             out.decode.append(by_key[PG.call_key(c)])
+            if p.name.startswith(STEP_PARTS):
+                out.rollout_chips = on.devices.size
     train = [p for p in progs if p.name == "train_step" and keep(p.name)]
     if train:
         out.train = train_estimate(train[0], target.chip, chips)
