@@ -225,3 +225,8 @@ def group_from_raw(cls, raw, group: str):
     if unknown:
         raise ValueError(f"config.{group}: unknown keys {unknown}; allowed: {allowed}")
     return cls(**raw)
+
+
+def doc_field(doc: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING):
+    """A dataclass field with its one-line description (`metadata["doc"]`, `Field.doc`)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"doc": doc})

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Optional
+from typing import Optional
 
 from prd_jax import prompts
-from prd_jax.config_schema import check_moved
+from prd_jax.config_schema import check_moved, doc_field
 from prd_jax.data import preimage, synthetic
 from prd_jax.model.config import NAMED_CONFIGS
 from prd_jax.tasks import check_removed_fields, get_task, task_names
@@ -41,9 +41,7 @@ TOKENIZERS = ("char", "model")
 PACKING = ("pack", "pad")
 
 
-def _field(doc: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING):
-    """A dataclass field with its one-line description (`metadata["doc"]`, `config_schema.Field.doc`)."""
-    return dataclasses.field(default=default, default_factory=factory, metadata={"doc": doc})
+_field = doc_field
 
 
 def _trace_default(name: str):

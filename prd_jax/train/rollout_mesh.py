@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from prd_jax.config_schema import group_from_raw
+from prd_jax.config_schema import doc_field, group_from_raw
 from prd_jax.host import to_host
 from prd_jax.mesh import make_mesh, parse_mesh_shape
 from prd_jax.model.weights import param_shardings
@@ -38,8 +38,7 @@ from prd_jax.model.weights import param_shardings
 PLACEMENTS = ("colocated", "split")
 
 
-def _field(doc: str, default):
-    return dataclasses.field(default=default, metadata={"doc": doc})
+_field = doc_field
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
