@@ -226,8 +226,9 @@ HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 def test_compiled_decode_step_gathers_no_params_in_the_rollout_layout():
     """The tiny model (bf16) compiled for v5e:2x2 (4 chips). On the fsdp=4 training layout a
     decode step all-gathers every sharded weight; on the rollout layout data=4 (weights whole
-    on each chip) it holds no collective at all; on data=2,tensor=2 only the vocab-sharded
-    embedding table is gathered (the token lookup; the matmuls only all-reduce activations).
+    on each chip) it holds no collective at all; on data=2,tensor=2 no param is gathered either
+    (the vocab-sharded embedding table is looked up shard by shard, `layers.embed_tokens_local`;
+    the matmuls only all-reduce activations).
     The reshard into data=4 is its own program, and its all-gathers move exactly the params
     that fsdp shards (all but the norms), in fp32, once per RL step."""
     from prd_jax.aot.collectives import collectives, reshard_lowered, total_bytes
@@ -259,12 +260,12 @@ def test_compiled_decode_step_gathers_no_params_in_the_rollout_layout():
     whole = make_mesh("data=4", devs)
     assert step(whole) == []
     tensor = step(make_mesh("data=2,tensor=2", devs))
-    # of the params only the embedding table is gathered (the token lookup); the rest is the token
-    # choice's per-row candidates over the vocab-sharded logits, rows x a few values
+    # no param is gathered; what is: the token choice's per-row candidates over the vocab-sharded
+    # logits, rows x a few values
     param_shaped = {tuple(s.shape) for s in jax.tree.leaves(param_shapes(cfg))}
     tensor_gathers = [c for c in tensor if c.kind == "all-gather"]
-    assert {c.shapes[0] for c in tensor_gathers if c.shapes[0] in param_shaped} == {(v, d)}
-    assert sum(c.bytes for c in tensor_gathers if c.shapes[0] != (v, d)) < 256
+    assert tensor_gathers and not {c.shapes[0] for c in tensor_gathers} & param_shaped
+    assert sum(c.bytes for c in tensor_gathers) < 256
 
     reshard = collectives(reshard_lowered(cfg, train, whole).compile().as_text())
     sharded = [s for s, sh in zip(jax.tree.leaves(param_shapes(cfg)), jax.tree.leaves(param_shardings(cfg, train)))

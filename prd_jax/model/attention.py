@@ -5,7 +5,8 @@ forward, the `attend` of `decode.decode_step_groups` on the decode step):
 - `causal_block_attention`: training and scoring (no cache), in groups of query blocks, with
   a written-out backward;
 - `prefill_attention`: a left-padded prompt over its own keys, in query blocks;
-- `cache_attention`: the decode step's one query per row over its decode cache;
+- `cache_attention`: the decode step's one query per row over its decode cache (one form
+  for XLA:CPU, one for TPU and GPU: `decode_form`);
 - `sink_attention`: heads with a learned sink logit (GPT-OSS), on every stacked-forward call.
 
 Training attention (`causal_block_attention`). Queries of one kv head are laid out as rows
@@ -277,23 +278,55 @@ def _dense_sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: 
     return out.reshape(b, t, n, dh).astype(q.dtype)
 
 
+DECODE_FORMS = ("products", "dots")
+
+
+def decode_form(mesh) -> str:
+    """The `cache_attention` form for where the decode step runs: "products" on XLA:CPU,
+    "dots" on TPU and GPU (the devices of `mesh`, else JAX's default backend)."""
+    platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+    return "products" if platform == "cpu" else "dots"
+
+
 def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale: float,
-                    sinks: Optional[Array] = None) -> Array:
+                    sinks: Optional[Array] = None, form: str = "products") -> Array:
     """One query token per row over its cache (the decode step's attention), in fp32.
 
     q `[B, K, G, Dh]` (G query heads per kv head), keys `[B, K, Dh, S]`, values `[B, K, S, Dh]`
-    (`decode.decode_cache` layout), `mask [B, S]` -> `[B, K, G, Dh]`. Written as broadcast products
-    reduced over Dh and then over S rather than as batched dots: with G = 3 query rows per kv
-    head the dots are B * K tiny matmuls, while XLA:CPU fuses the multiply-reduce into one
-    streaming pass over the cache (`benchmarks/decode_floor.py`; figures in
-    docs/results/2026-12-01-decode-profile.md).
+    (`decode.decode_cache` layout), `mask [B, S]` -> `[B, K, G, Dh]`.
     `sinks [K*G]`: each head's sink logit joins the softmax denominator (`sink_attention`).
+
+    `form` (`decode_form` picks it):
+    - "products": broadcast products reduced over Dh and then over S rather than batched dots.
+      With G = 3 query rows per kv head the dots are B * K tiny matmuls, while XLA:CPU fuses
+      the multiply-reduce into one streaming pass over the cache (`benchmarks/decode_floor.py`;
+      figures in docs/results/2026-12-01-decode-profile.md).
+    - "dots": two batched dots on the cache's own dtype with fp32 accumulation, the values
+      weighted by unnormalised bf16 probabilities and divided by their fp32 sum afterwards, as
+      `causal_block_attention` does. On TPU the products form materialises fp32 copies of the
+      cache (the compiled step reads several times the cache's bytes); the dots read it once
+      (docs/results/2026-12-05-rollout-estimate-2.md).
     """
+    if form not in DECODE_FORMS:
+        raise ValueError(f"cache_attention form={form!r}; allowed: {DECODE_FORMS}")
     f32 = jnp.float32
-    scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
+    if form == "dots":
+        scores = jnp.einsum("bkgd,bkds->bkgs", q.astype(cache_k.dtype), cache_k, preferred_element_type=f32) * scale
+    else:
+        scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
     scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(f32).min)
+    sink = None
     if sinks is not None:
         sink = jnp.broadcast_to(sinks.astype(f32).reshape(1, *scores.shape[1:3], 1), (*scores.shape[:3], 1))
+    if form == "dots":
+        top = jnp.max(scores, axis=-1, keepdims=True)
+        if sink is not None:
+            top = jnp.maximum(top, sink)
+        p = jnp.exp(scores - top)
+        total = p.sum(axis=-1, keepdims=True) + (0.0 if sink is None else jnp.exp(sink - top))
+        out = jnp.einsum("bkgs,bksd->bkgd", p.astype(cache_v.dtype), cache_v, preferred_element_type=f32)
+        return out / total
+    if sink is not None:
         probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
     else:
         probs = jax.nn.softmax(scores, axis=-1)

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from prd_jax.model.attention import cache_attention
+from prd_jax.model.attention import cache_attention, decode_form
 from prd_jax.model.config import ModelConfig
-from prd_jax.model.layers import constrain, decoder_layer, embed_tokens, rms_norm, rope_tables
+from prd_jax.model.layers import constrain, decoder_layer, embed_tokens_local, rms_norm, rope_tables
 
 Array = jax.Array
 
@@ -218,7 +218,8 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
     n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     g = n // k
     b = tokens.shape[0]
-    x = embed_tokens(weights["embed"], tokens, dt, mesh, ("batch",))  # [B, D]
+    x = embed_tokens_local(weights["embed"], tokens, dt, mesh, ("batch",))  # [B, D]
+    form = decode_form(mesh)
     cos, sin = rope_tables(cfg, positions)  # [B, Dh/2]
     bounds, masks = [0], {}
     for caches, start, index in groups:
@@ -260,7 +261,8 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
                     cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype),
                                                            (0, 0, slot, 0))
                 layer_caches.append((cache_k, cache_v))
-                outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale, sinks))
+                outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale, sinks,
+                                            form))
             return (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)).astype(dt), layer_caches
 
         x, layer_caches, _ = decoder_layer(cfg, layer, x, cos, sin, attend, _apply, mesh, ("batch",))

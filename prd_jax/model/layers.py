@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from prd_jax.mesh import named_sharding
+from prd_jax.mesh import logical_to_spec, named_sharding
 from prd_jax.model.config import ModelConfig, RopeScaling, YarnScaling
 from prd_jax.model.moe import moe_sequence
 
@@ -113,6 +113,29 @@ def embed_tokens(table: Array, tokens: Array, dtype, mesh: Optional[Mesh], lead:
     """Rows of the embedding `table [V, D]` for `tokens [...]`, in `dtype`. The lookup reads a
     replicated view of the table (one all-gather under a mesh)."""
     x = jnp.take(constrain(table, (None, None), mesh), tokens, axis=0).astype(dtype)
+    return constrain(x, (*lead, "embed"), mesh)
+
+
+def embed_tokens_local(table: Array, tokens: Array, dtype, mesh: Optional[Mesh], lead: tuple) -> Array:
+    """`embed_tokens` without gathering a vocab-sharded table: each of the S vocab shards looks
+    up the tokens in its own block of `V / S` rows (zeros for tokens outside it) and the S
+    partial rows are summed, one all-reduce of `[..., D]` instead of an all-gather of the
+    table (the decode step's lookup, once per generated token). Exactly one shard holds a
+    token's row, so the sum equals `embed_tokens`' rows. `embed_tokens` when the vocab axis
+    is not split (no mesh, or a mesh whose `vocab` axes are size 1 or do not divide V)."""
+    if mesh is None:
+        return embed_tokens(table, tokens, dtype, mesh, lead)
+    axes = logical_to_spec(("vocab", "embed"), mesh, table.shape)[0]
+    shards = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+    if shards == 1:
+        return embed_tokens(table, tokens, dtype, mesh, lead)
+    v, d = table.shape
+    block = v // shards
+    blocks = constrain(table.reshape(shards, block, d), ("vocab", None, "embed"), mesh)
+    local = tokens[None] - (jnp.arange(shards) * block).reshape(shards, *(1,) * tokens.ndim)  # [S, ...]
+    rows = jax.vmap(lambda b, i: jnp.take(b, i, axis=0))(blocks, jnp.clip(local, 0, block - 1))
+    inside = ((local >= 0) & (local < block))[..., None]
+    x = jnp.where(inside, rows, jnp.zeros((), rows.dtype)).sum(axis=0).astype(dtype)
     return constrain(x, (*lead, "embed"), mesh)
 
 
