@@ -205,3 +205,25 @@ def test_rollout_estimate_reads_the_rollout_mesh():
     (train_layout, _), (rollout_layout, est) = rollout(), rollout("--config.rollout.mesh=data=4")
     assert train_layout.cost.ici_bytes > 0 and rollout_layout.cost.ici_bytes == 0
     assert est.rollout_chips == 4 and rollout_layout.chips == 4
+
+
+def test_a_growing_cache_is_estimated_per_cache_size():
+    """`sampling.cache_window`: the call's decode step is compiled at each cache size it grows
+    through; the steps add up to the budget, bytes per step grow with the slots, and the call's
+    step time is the step-weighted mean of the sizes' (by hand), below the full cache's."""
+    def rollout(*extra):
+        config = apply_overrides(load_config(os.path.join(ROOT, "configs/rl/tiny.py")), list(extra))
+        (d,) = estimate_all(config, parse_target("h200:4"), only=["rl.rollout"]).decode
+        return d, config
+
+    (full, config), (grown, _) = rollout(), rollout("--config.sampling.cache_window=8")
+    gen = config.rl.max_new_tokens
+    assert len(full.phases) == 1 and full.phases[0].steps == gen
+    assert [p.steps for p in grown.phases] == [min(8, gen - g) for g in range(0, gen, 8)]
+    assert [p.slots - grown.phases[0].slots for p in grown.phases] == [min(g + 8, gen) - 8 for g in range(0, gen, 8)]
+    assert grown.phases[-1].slots == full.phases[0].slots
+    assert [p.cost.bytes_accessed for p in grown.phases] == sorted(p.cost.bytes_accessed for p in grown.phases)
+    assert grown.phases[-1].cost.bytes_accessed == pytest.approx(full.phases[0].cost.bytes_accessed, rel=0.02)
+    by_hand = sum(p.steps * p.step_seconds for p in grown.phases) / gen
+    assert grown.step_seconds == pytest.approx(by_hand) and grown.step_seconds < full.step_seconds
+    assert grown.tok_s_per_chip == pytest.approx(grown.rows / 4 / by_hand)

@@ -165,3 +165,14 @@ def test_tpu_decode_step_reads_the_cache_about_once(monkeypatch):
     # the embedding lookup stays local: what is gathered is the sampler's per-shard best tokens
     # (a few values per row), not the vocab-sharded table (4096 x 256 bf16, 1.5 MB per device gathered)
     assert dots.collective_bytes["all-gather"] <= rows * 32
+
+
+def test_a_gpu_target_compiles_the_dots_form_on_simulated_devices():
+    """`prd-jax compile` lowers a GPU target's programs on simulated CPU devices: within
+    `compiling_for("gpu")` the decode step takes the accelerator form, outside it the CPU's."""
+    mesh = make_mesh("data=2,tensor=4", jax.devices()[:8])
+    with A.compiling_for("gpu"):
+        assert A.decode_form(mesh) == "dots" and A.decode_form(None) == "dots"
+        with A.compiling_for("cpu"):
+            assert A.decode_form(mesh) == "products"
+    assert A.decode_form(mesh) == "products"

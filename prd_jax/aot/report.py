@@ -22,6 +22,7 @@ from prd_jax.aot.chips import Target, parse_target
 from prd_jax.data.synthetic import CharVocab
 from prd_jax.eval_config import EvalConfig
 from prd_jax.mesh import make_mesh
+from prd_jax.model.attention import compiling_for
 from prd_jax.train.config import TrainConfig
 from prd_jax.train.rollout_mesh import split_devices, train_mesh
 from prd_jax.train.setup import model_tokenizer
@@ -154,7 +155,8 @@ def compile_all(config, target: Target, only: Optional[List[str]] = None, whole_
         if only and not any(p.name.startswith(o) for o in only):
             continue
         t0 = time.perf_counter()
-        mem = p.lower().compile().memory_analysis()
+        with compiling_for(target.chip.platform):  # the target's decode attention, not the CPU's
+            mem = p.lower().compile().memory_analysis()
         rows.append(Row(p.name, mem.argument_size_in_bytes, mem.temp_size_in_bytes, mem.output_size_in_bytes,
                         mem.alias_size_in_bytes, target.chip.hbm_bytes, p.analytic_bytes, p.flops, p.est_seconds,
                         time.perf_counter() - t0, p.detail, p.knob))

@@ -11,7 +11,9 @@ overlap perfectly and to reach the vendors' peaks, so this is a floor on time (a
 throughput), not a measurement.
 
 Decode: one step of the sampler advances every row in flight by one token, so
-tok/s per chip = rows in flight / chips / step time.
+tok/s per chip = rows in flight / chips / step time. A call whose cache grows
+(`sampling.cache_window` > 0) decodes through several cache sizes: each is compiled, and the
+step time is the mean over the call's steps (every row to its budget).
 
 RL step (`rl_step_seconds`): rollout time = generated tokens / (tok/s per chip x sampling
 chips); train time = the train step's modelled time on all chips, scaled by
@@ -43,25 +45,70 @@ def bound(cost: Cost, chip: Chip) -> Tuple[float, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Phase:
+    """Steps of a sampler call that decode over one cache size (`sampling.cache_windows`)."""
+
+    slots: int  # cache slots per row (prompt + generation slots of this size)
+    steps: int
+    cost: Cost
+    step_seconds: float
+    bound: str
+
+
+@dataclasses.dataclass(frozen=True)
 class DecodeEstimate:
-    """One sampler call's decode step, read from its compiled program."""
+    """One sampler call's decode steps, read from their compiled programs: one per cache size
+    the call grows through (one when `sampling.cache_window` is 0), every row to its budget."""
 
     name: str
     rows: int  # rows in flight per step (all chips)
     chips: int
-    cost: Cost
-    step_seconds: float
-    bound: str
-    analytic_tok_s: float  # `estimate.decode_step_seconds`' figure, per chip
+    phases: Tuple[Phase, ...]
+    analytic_tok_s: float  # `estimate.decode_step_seconds`' figure (full cache), per chip
+
+    @property
+    def steps(self) -> int:
+        return sum(p.steps for p in self.phases)
+
+    @property
+    def step_seconds(self) -> float:
+        """The mean step time over the call's steps."""
+        return sum(p.steps * p.step_seconds for p in self.phases) / self.steps
+
+    @property
+    def bound(self) -> str:
+        """The bound of the phases that take most of the call's time."""
+        time = {b: sum(p.steps * p.step_seconds for p in self.phases if p.bound == b) for b in BOUNDS}
+        return max(BOUNDS, key=lambda b: time[b])
+
+    @property
+    def cost(self) -> Cost:
+        """Per-step costs averaged over the call's steps (the full cache's when there is one phase)."""
+        w = [p.steps / self.steps for p in self.phases]
+        kinds = self.phases[-1].cost.collective_bytes
+        return Cost(sum(x * p.cost.flops for x, p in zip(w, self.phases)),
+                    sum(x * p.cost.bytes_accessed for x, p in zip(w, self.phases)),
+                    {k: sum(x * p.cost.collective_bytes[k] for x, p in zip(w, self.phases)) for k in kinds},
+                    self.phases[-1].cost.loops)
 
     @property
     def tok_s_per_chip(self) -> float:
         return self.rows / self.chips / self.step_seconds if self.step_seconds else float("inf")
 
     @classmethod
-    def of(cls, name: str, rows: int, chips: int, cost: Cost, chip: Chip, analytic_tok_s: float) -> "DecodeEstimate":
-        seconds, which = bound(cost, chip)
-        return cls(name, rows, chips, cost, seconds, which, analytic_tok_s)
+    def of(cls, name: str, rows: int, chips: int, cost: Cost, chip: Chip, analytic_tok_s: float,
+           steps: int = 1, slots: int = 0) -> "DecodeEstimate":
+        """One phase: every step over the same cache."""
+        return cls.over(name, rows, chips, [(slots, steps, cost)], chip, analytic_tok_s)
+
+    @classmethod
+    def over(cls, name: str, rows: int, chips: int, phases, chip: Chip, analytic_tok_s: float) -> "DecodeEstimate":
+        """`phases`: `(slots, steps, cost)` per cache size, in decode order."""
+        out = []
+        for slots, steps, cost in phases:
+            seconds, which = bound(cost, chip)
+            out.append(Phase(slots, steps, cost, seconds, which))
+        return cls(name, rows, chips, tuple(out), analytic_tok_s)
 
 
 PLACEMENTS = ("colocated", "split")

@@ -1,7 +1,8 @@
 """`prd-jax compile --estimate`: decode tok/s per chip and the RL step's time, read from compiled programs.
 
 For each distinct sampler call of a config (RL rollouts, operator and verifier calls, eval
-operators' calls) one decode step is compiled (`aot.decode_step`) and its per-device cost
+operators' calls) one decode step is compiled (`aot.decode_step`) per cache size the call
+decodes through (`sampling.cache_window`) and its per-device cost
 (`aot.hlo_cost`) is set against the chip (`aot.roofline.bound`): step time, the bound that
 sets it, tok/s per chip, beside the analytic figure (`estimate.decode_tok_s_per_chip`).
 
@@ -27,23 +28,29 @@ from prd_jax.aot.decode_step import abstract_weights, decode_step_lowered, rows_
 from prd_jax.aot.hlo_cost import Cost
 from prd_jax.aot.report import build
 from prd_jax.aot.roofline import DecodeEstimate, bound, rl_step_seconds
+from prd_jax.model.attention import compiling_for
+from prd_jax.sampling import cache_windows
 
 log = logging.getLogger(__name__)
 STEP_PARTS = ("rl.rollout", "operator_rl.", "verifier.")  # the programs one RL step runs (their calls)
 
 
 def decode_estimate(cfg, mesh, call: PG.SamplerCall, chip, weights=None) -> DecodeEstimate:
-    """Compile one decode step of `call` and model it on `chip` (`weights`: `abstract_weights`, shared by calls)."""
+    """Compile the decode step of `call` at each cache size it decodes through (its last step's
+    when `cache_window` is 0) and model it on `chip` (`weights`: `abstract_weights`, shared by calls)."""
     rows = rows_in_flight(call.prompts, call.scfg, mesh)
     t0 = time.perf_counter()
-    compiled = decode_step_lowered(cfg, mesh, call.scfg, rows, call.prompt_len, call.scfg.max_new_tokens,
-                                   weights).compile()
-    cost = Cost.of(compiled, mesh.devices.size)
+    gens = cache_windows(call.scfg.max_new_tokens, call.scfg.cache_window)
+    phases, done = [], 0
+    for gen in gens:  # the steps done..gen-1 write into a cache of prompt + gen slots
+        compiled = decode_step_lowered(cfg, mesh, call.scfg, rows, call.prompt_len, gen, weights).compile()
+        phases.append((call.prompt_len + gen, gen - done, Cost.of(compiled, mesh.devices.size)))
+        done = gen
     shape = dataclasses.replace(call.shape(), max_rows=rows)
     analytic = E.decode_tok_s_per_chip(cfg, shape, PG.mesh3(mesh), chip)
-    est = DecodeEstimate.of(call.name, rows, mesh.devices.size, cost, chip, analytic)
-    log.info("decode step of %s compiled in %.1f s: %.0f tok/s per chip (%s-bound)", call.name,
-             time.perf_counter() - t0, est.tok_s_per_chip, est.bound)
+    est = DecodeEstimate.over(call.name, rows, mesh.devices.size, phases, chip, analytic)
+    log.info("decode steps of %s (%d cache sizes) compiled in %.1f s: %.0f tok/s per chip (%s-bound)", call.name,
+             len(gens), time.perf_counter() - t0, est.tok_s_per_chip, est.bound)
     return est
 
 
@@ -84,6 +91,11 @@ class Estimate:
 
 def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Estimate:
     """Decode estimates of every distinct sampler call; for RL configs the train step and the step's rollout."""
+    with compiling_for(target.chip.platform):  # the target's decode attention (a GPU's on simulated CPUs)
+        return _estimate_all(config, target, only)
+
+
+def _estimate_all(config, target: Target, only: Optional[List[str]]) -> Estimate:
     mesh, progs, _ = build(config, target)
     cfg = PG.model_config(config)
     chips = mesh.devices.size
@@ -118,15 +130,16 @@ def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Es
 
 
 def table(est: Estimate) -> str:
-    lines = ["| program | rows in flight | TFLOPs/step | GB/step | collective GB/step | step ms | bound | "
-             "tok/s per chip | analytic tok/s per chip |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| program | rows in flight | cache sizes | TFLOPs/step | GB/step | collective GB/step | step ms | bound | "
+             "tok/s per chip | analytic tok/s per chip |", "|---|---|---|---|---|---|---|---|---|---|"]
     for d in est.decode:
-        lines.append(f"| {d.name} decode step | {d.rows} | {d.cost.flops / 1e12:.4g} | {d.cost.bytes_accessed / 1e9:.4g} | "
+        lines.append(f"| {d.name} decode step | {d.rows} | {len(d.phases)} | {d.cost.flops / 1e12:.4g} | "
+                     f"{d.cost.bytes_accessed / 1e9:.4g} | "
                      f"{d.cost.ici_bytes / 1e9:.4g} | {d.step_seconds * 1e3:.4g} | {d.bound} | "
                      f"{d.tok_s_per_chip:.4g} | {d.analytic_tok_s:.4g} |")
     if est.train:
         t = est.train
-        lines.append(f"| train_step | - | {max(t.cost.flops, t.analytic_flops) / 1e12:.4g} | "
+        lines.append(f"| train_step | - | - | {max(t.cost.flops, t.analytic_flops) / 1e12:.4g} | "
                      f"{t.cost.bytes_accessed / 1e9:.4g} | {t.cost.ici_bytes / 1e9:.4g} | {t.seconds * 1e3:.4g} | "
                      f"{t.bound} | - | - |")
     return "\n".join(lines)
@@ -149,7 +162,10 @@ def as_json(est: Estimate, sample_fraction: float = 0.5) -> dict:
     doc = {"decode": [{"name": d.name, "rows": d.rows, "chips": d.chips, "flops": d.cost.flops,
                        "bytes_accessed": d.cost.bytes_accessed, "collective_bytes": d.cost.collective_bytes,
                        "step_seconds": d.step_seconds, "bound": d.bound, "tok_s_per_chip": d.tok_s_per_chip,
-                       "analytic_tok_s_per_chip": d.analytic_tok_s} for d in est.decode]}
+                       "analytic_tok_s_per_chip": d.analytic_tok_s,
+                       "phases": [{"slots": p.slots, "steps": p.steps, "bytes_accessed": p.cost.bytes_accessed,
+                                   "step_seconds": p.step_seconds, "bound": p.bound} for p in d.phases]}
+                      for d in est.decode]}
     if est.train:
         t = est.train
         doc["train_step"] = {"flops": t.cost.flops, "analytic_flops": t.analytic_flops,

@@ -47,6 +47,8 @@ the fp32 scores then take `[B, K, G, block, S]` at a time instead of `[B, K, G, 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from typing import Optional
 
@@ -279,12 +281,27 @@ def _dense_sink_attention(q: Array, key: Array, val: Array, mask: Array, sinks: 
 
 
 DECODE_FORMS = ("products", "dots")
+_TARGET_PLATFORM = contextvars.ContextVar("decode_target_platform", default=None)
+
+
+@contextlib.contextmanager
+def compiling_for(platform: str):
+    """Within: `decode_form` answers for `platform` ("cpu", "gpu", "tpu"), whatever devices the
+    programs are lowered on (`prd-jax compile` lowers a GPU target's programs on simulated CPU
+    devices)."""
+    token = _TARGET_PLATFORM.set(platform)
+    try:
+        yield
+    finally:
+        _TARGET_PLATFORM.reset(token)
 
 
 def decode_form(mesh) -> str:
     """The `cache_attention` form for where the decode step runs: "products" on XLA:CPU,
-    "dots" on TPU and GPU (the devices of `mesh`, else JAX's default backend)."""
-    platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+    "dots" on TPU and GPU (the `compiling_for` platform, else the devices of `mesh`, else
+    JAX's default backend)."""
+    platform = _TARGET_PLATFORM.get() or (mesh.devices.flat[0].platform if mesh is not None
+                                          else jax.default_backend())
     return "products" if platform == "cpu" else "dots"
 
 
