@@ -105,7 +105,12 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
     # the forced-rating read runs over every judge row, chunked like the sampler
     assert calls["judge.rating.logits"].scfg.max_rows == stage.rl.sampling.max_rows
     assert refine_row == stated(r"training row is (\d+) wide")
-    assert stage.width == stated(r"under the standard rows' (\d+)") == 10240 + 16384 - 1
+    assert stage.width == refine_row and stated(r"the standard rows' (\d+)") == 1152 + 16384 - 1
+    # a problem of max_problem_tokens tokens in the rollout's solve prompt fits max_prompt_tokens
+    ids = tok.encode("seven " * 3000)[:stage.rl.problem_tokens]
+    problem = tok.decode(ids)
+    assert len(tok.encode(problem)) <= stage.rl.problem_tokens
+    assert len(stage.prompt_ids(problem)) <= stage.rl.max_prompt_tokens == 1152
 
 
 def test_largest_budgets_keeps_one_spec_per_group():

@@ -134,7 +134,7 @@ def test_paper_numbers(path, arg):
     else:
         rl = RLConfig.from_config(c)
         assert rl.prompts_per_step * rl.samples_per_prompt == 1024
-        assert (rl.samples_per_prompt, rl.max_new_tokens, rl.max_prompt_tokens) == (32, 16384, 10240)
+        assert (rl.samples_per_prompt, rl.max_new_tokens, rl.max_prompt_tokens) == (32, 16384, 1152)
         assert (rl.sampling.temperature, rl.sampling.top_p, rl.loss, rl.aux_sft_coef) == (1.0, 1.0, "cispo", 0.1)
         assert (c.optim.learning_rate, c.steps) == (5e-7, 800)  # PDR App. B.3
         assert c.model.init == "checkpoint"

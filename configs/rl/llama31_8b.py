@@ -7,8 +7,8 @@ Qwen3-8B, our choice, and says what is the paper's and what is ours): CISPO plus
 SFT term on correct rollouts (alpha = 0.1; both ours, not in papers/), temperature 1.0 and top-p
 1.0, App. B.3's learning rate 5e-7 for 800 steps; CISPO's importance weight clipped from above only (1 + eps_high =
 1.28). Running it on Llama, and from the Instruct checkpoint (configs/sft/llama31_8b.py), is
-our choice. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in the prompt, so
-operator RL (configs that roll out PDR) can share these shapes.
+our choice. `rl.max_prompt_tokens=1152` (ours) holds the solve prompt of any problem of up to
+`rl.max_problem_tokens=1024` tokens, rounded up to a multiple of 128 (as configs/rl/qwen3_8b.py).
 
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
 `config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
@@ -18,8 +18,8 @@ placeholder: the paper trains on its own math RL mix; declare it as a task in on
 The arg picks the hardware, as in configs/sft/llama31_8b.py (same mesh):
   v5p-128  64 TPU v5p chips: "data=1,fsdp=16,tensor=4", 64 microbatches of 16 sequences
   8xh200   one node of 8 H200: "fsdp=2,tensor=4", 512 microbatches of 2 sequences
-Each update microbatch holds one sequence of 10240 + 16384 - 1 tokens per (data, fsdp)
-shard (grad_accum_steps = 1024 / (data * fsdp)).
+Each update microbatch holds one sequence of 1152 + 16384 - 1 tokens per (data, fsdp)
+shard (grad_accum_steps = 1024 / (data * fsdp); operator RL configs: their widest rows).
 
 Command to run (after the SFT stage; model.path is still needed for the tokenizer):
     # v5p-128
@@ -39,21 +39,21 @@ Command to run (after the SFT stage; model.path is still needed for the tokenize
         --config.model.path=/data/Llama-3.1-8B-Instruct
 N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
 
-Why one node is not enough: the whole rollout batch is sampled in one compiled call, and
-its bf16 KV cache is 1024 rows x 26624 slots x 128 KiB (32 layers x 8 kv heads x 128 x
-k,v) = 3.6 TB: 56 GB per device on v5p-128 or on 64 H200, 447 GB per GPU on one node.
+Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 1024 x 17536 x
+128 KiB (32 layers x 8 kv heads x 128 x k,v) = 2.4 TB of bf16 KV cache: 37 GB per device on
+v5p-128 or on 64 H200, 294 GB per GPU on one node.
 
 Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
 been made):
-- rollout: each decode step reads the device's whole KV cache (56 GB at 2.76 TB/s on v5p:
-  >= 20 ms), so 16384 steps take >= 5.5 min; with FSDP weight gathers, ~10-20 min on
-  v5p-128; on 64 H200 (4.8 TB/s) >= 3.2 min, ~6-12 min.
-- update: 1024 x 26623 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.5B +
-  dense attention, x4/3 remat) = 3.2e18 FLOPs; at an assumed 35% of peak bf16, ~5 min
-  on v5p-128 and ~2.5 min on 64 H200.
+- rollout: `prd-jax compile --config CONFIG:v5p-128 --estimate` models each sampler call's
+  decode steps from their compiled programs (docs/scaling.md); for the PDR-RL config see
+  docs/results/2026-12-05-rollout-estimate-2.md.
+- update: 1024 x 17535 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.5B +
+  dense attention, x4/3 remat) = 2.1e18 FLOPs; at an assumed 35% of peak bf16, ~3.5 min
+  on v5p-128 and ~1.6 min on 64 H200.
 - so ~15-25 min per step on v5p-128 (800 steps: ~8-14 days), ~9-15 min on 8 H200 nodes
   (800 steps: ~5-8 days); the reduced one-node batch: ~5-8 min per step.
-The update's memory analysis is logged at compile time (dense attention over 26.6k tokens
+The update's memory analysis is logged at compile time (dense attention over 17.5k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
 """

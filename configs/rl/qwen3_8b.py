@@ -14,8 +14,11 @@ on-policy update per batch, no KL term, 10 warmup steps then a constant rate, an
 normaliser (mean over correct-rollout tokens, `rl.aux_sft_normaliser`, see
 `train.rl.RLConfig`). CISPO's importance weight is clipped from above only, at 1 + eps_high =
 1.28 (MiniMax-M1, arXiv 2506.13585, §3.1; eps_high is our choice); eps_low = 0.2 acts only when
-rl.cispo_lower_clip is True. `rl.max_prompt_tokens=10240` leaves room for a PDR workspace in
-the prompt, so operator RL (configs that roll out PDR) can share these shapes.
+rl.cispo_lower_clip is True. `rl.max_prompt_tokens=1152` (ours) holds
+the solve prompt of any problem of up to `rl.max_problem_tokens=1024` tokens (1080 tokens with
+the template; tests/test_compile.py) rounded up to a multiple of 128. Standard rollout prompts
+are left-padded to it, so every slot beyond the longest prompt is a masked cache slot that each
+decode step reads; operator RL's own prompts have their own widths.
 
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
 `config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
@@ -25,8 +28,8 @@ placeholder: the paper trains on its own math RL mix; declare it as a task in on
 The arg picks the hardware, as in configs/sft/qwen3_8b.py (same mesh):
   v5p-128  64 TPU v5p chips: "data=1,fsdp=16,tensor=4", 64 microbatches of 16 sequences
   8xh200   one node of 8 H200: "fsdp=2,tensor=4", 512 microbatches of 2 sequences
-Each update microbatch holds one sequence of 10240 + 16384 - 1 tokens per (data, fsdp)
-shard (grad_accum_steps = 1024 / (data * fsdp)).
+Each update microbatch holds one sequence of 1152 + 16384 - 1 tokens per (data, fsdp)
+shard (grad_accum_steps = 1024 / (data * fsdp); operator RL configs: their widest rows).
 
 Command to run (after the SFT stage; model.path is still needed for the tokenizer: the SFT
 stage's, Qwen3-8B-Base):
@@ -44,21 +47,21 @@ stage's, Qwen3-8B-Base):
         --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base
 N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
 
-Why one node is not enough: the whole rollout batch is sampled in one compiled call, and
-its bf16 KV cache is 1024 rows x 26624 slots x 144 KiB (36 layers x 8 kv heads x 128 x
-k,v) = 4.0 TB: 63 GB per device on v5p-128 or on 64 H200, 503 GB per GPU on one node.
+Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 1024 x 17536 x
+144 KiB (36 layers x 8 kv heads x 128 x k,v) = 2.6 TB of bf16 KV cache: 41 GB per device on
+v5p-128 or on 64 H200, 331 GB per GPU on one node.
 
 Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
 been made):
-- rollout: each decode step reads the device's whole KV cache (63 GB at 2.76 TB/s on v5p:
-  >= 23 ms), so 16384 steps take >= 6 min; with FSDP weight gathers, ~10-20 min on
-  v5p-128; on 64 H200 (4.8 TB/s) >= 3.6 min, ~6-12 min.
-- update: 1024 x 26623 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.6B +
-  dense attention, x4/3 remat) = 3.4e18 FLOPs; at an assumed 35% of peak bf16, ~5.5 min
-  on v5p-128 and ~2.5 min on 64 H200.
+- rollout: `prd-jax compile --config CONFIG:v5p-128 --estimate` models each sampler call's
+  decode steps from their compiled programs (docs/scaling.md); for the PDR-RL config see
+  docs/results/2026-12-05-rollout-estimate-2.md.
+- update: 1024 x 17535 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.6B +
+  dense attention, x4/3 remat) = 2.2e18 FLOPs; at an assumed 35% of peak bf16, ~3.5 min
+  on v5p-128 and ~1.6 min on 64 H200.
 - so ~15-25 min per step on v5p-128 (800 steps: ~8-14 days), ~9-15 min on 8 H200 nodes
   (800 steps: ~5-8 days); the reduced one-node batch: ~5-8 min per step.
-The update's memory analysis is logged at compile time (dense attention over 26.6k tokens
+The update's memory analysis is logged at compile time (dense attention over 17.5k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
 """
@@ -74,9 +77,9 @@ ARGS = ("v5p-128", "8xh200")
 SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "qwen3_8b.py")
 # grad_accum_steps = rollout rows / (data * fsdp): one sequence per batch shard per microbatch.
 GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
-# Decode rows in flight per sampler call (`prd-jax compile` checks the fit): 256 rows x 26624
-# slots x 144 KiB of bf16 KV = 1.0 TB, 15.7 GB per v5p chip (rows over fsdp=16, kv heads over
-# tensor=4). On one 8xH200 node (fsdp=2) 32 rows are 15.7 GB per GPU.
+# Decode rows in flight per sampler call (`prd-jax compile` checks the fit): 256 standard rows x
+# 17536 slots x 144 KiB of bf16 KV = 0.66 TB, 10.3 GB per v5p chip (rows over fsdp=16, kv heads
+# over tensor=4). On one 8xH200 node (fsdp=2) 32 rows are 10.3 GB per GPU.
 MAX_ROWS = {"v5p-128": 256, "8xh200": 32}
 
 
@@ -98,7 +101,7 @@ def get_config(arg=None):
         num_train=0,  # 0: every problem of the set
         mixture="", module=""))  # or a registered seqio task/mixture (docs/extending.md, "Training data of your own")
     c.rl = ml_collections.ConfigDict(dict(
-        prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=10240, max_new_tokens=16384,
+        prompts_per_step=32, samples_per_prompt=32, max_prompt_tokens=1152, max_new_tokens=16384,
         max_problem_tokens=1024, advantage="grpo", loss="cispo", eps_low=0.2, eps_high=0.28,
         cispo_lower_clip=False, aggregation="token_mean", kl_coef=0.0, aux_sft_coef=0.1,
         aux_sft_normaliser="correct_token_mean", updates_per_batch=1))

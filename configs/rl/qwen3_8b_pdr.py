@@ -24,7 +24,7 @@ are quoted at rl.max_problem_tokens = 1024; drafts and refine have 16k-token bud
 forwarded candidates are capped at 4096 tokens (head 1024 + tail). Draft prompt: 1080 tokens
 (512 problems x 4 drafts). Refine prompt: 9349 tokens (template + problem + 2 candidates), plus
 16384 generated: 25,733 positions, within Qwen3-8B's 40,960; its training row is 25732 wide,
-under the standard rows' 26623 (10240 + 16384 - 1), which set the batch width. Sampler calls
+over the standard rows' 17535 (1152 + 16384 - 1): the refine rows set the batch width. Sampler calls
 decode at most sampling.max_rows = 256 rows at a time (see configs/rl/qwen3_8b.py).
 
 Command to run (see configs/rl/qwen3_8b.py for hardware and the runtime ESTIMATE; an
