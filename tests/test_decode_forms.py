@@ -139,7 +139,8 @@ def test_tpu_decode_step_reads_the_cache_about_once(monkeypatch):
     """A bf16 model whose KV cache dominates a decode step (64 rows x 8192 slots, 268 MB per
     layer's keys on each device: more than the chip keeps on-chip, as at paper scale), compiled
     for v5e:2x2 on tensor=4. TPU devices pick the dots form, whose step reads at most 1.25x the
-    bytes of its weights plus cache; the CPU's products form, forced, reads over 3x."""
+    bytes of its weights plus cache, and about half the cache's bytes less with a float8 cache
+    (`kv_cache_dtype`); the CPU's products form, forced, reads over 3x."""
     from prd_jax.aot.chips import parse_target
     from prd_jax.aot.decode_step import decode_step_lowered
     from prd_jax.aot.report import target_devices
@@ -152,14 +153,17 @@ def test_tpu_decode_step_reads_the_cache_about_once(monkeypatch):
     rows, slots = 64, 8192
     analytic = cfg.num_params() * 2 / 4 + rows * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * slots * 2 / 4
 
-    def read(form=None):
+    kv = rows * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * slots * 2 / 4
+
+    def read(form=None, kv_dtype=""):
         if form:
             monkeypatch.setattr(D, "decode_form", lambda mesh: form)
-        compiled = decode_step_lowered(cfg, mesh, SamplingConfig(slots - 256, num_samples=1), rows, 256,
-                                       slots - 256).compile()
-        return Cost.of(compiled, 4)
+        scfg = SamplingConfig(slots - 256, num_samples=1, kv_cache_dtype=kv_dtype)
+        return Cost.of(decode_step_lowered(cfg, mesh, scfg, rows, 256, slots - 256).compile(), 4)
 
-    dots, products = read(), read("products")
+    dots, f8 = read(), read(kv_dtype="float8_e4m3fn")
+    assert dots.bytes_accessed - f8.bytes_accessed >= 0.45 * kv  # a float8 cache: half the cache's bytes
+    products = read("products")
     assert dots.bytes_accessed <= 1.25 * analytic, dots.bytes_accessed / analytic
     assert products.bytes_accessed >= 3 * analytic, products.bytes_accessed / analytic
     # the embedding lookup stays local: what is gathered is the sampler's per-shard best tokens
@@ -176,3 +180,56 @@ def test_a_gpu_target_compiles_the_dots_form_on_simulated_devices():
         with A.compiling_for("cpu"):
             assert A.decode_form(mesh) == "products"
     assert A.decode_form(mesh) == "products"
+
+
+# -- sampling.kv_cache_dtype: a float8 decode cache
+
+def test_kv_cache_dtype_is_checked():
+    from prd_jax.sampling import SamplingConfig
+
+    with pytest.raises(ValueError, match=r"sampling.kv_cache_dtype='int4'; allowed: \('', 'bfloat16', "
+                                         r"'float8_e4m3fn', 'float8_e5m2'\)"):
+        SamplingConfig(8, kv_cache_dtype="int4")
+    with pytest.raises(ValueError, match=r"kv_cache_dtype='float8_e4m3fn' needs decode_layers='unrolled'"):
+        SamplingConfig(8, kv_cache_dtype="float8_e4m3fn", decode_layers="scan")
+
+
+def test_kv_store_saturates_float8():
+    """e4m3fn has no infinity: 1000 would become NaN; stored, it saturates at 448 (e5m2 at 57344)."""
+    x = jnp.asarray([1000.0, -1000.0, 300.0, 1e-4, 60000.0], jnp.bfloat16)
+    e4 = np.asarray(D.kv_store(x, jnp.float8_e4m3fn).astype(jnp.float32))
+    np.testing.assert_array_equal(e4, [448.0, -448.0, 288.0, 0.0, 448.0])
+    e5 = np.asarray(D.kv_store(x, jnp.float8_e5m2).astype(jnp.float32))
+    np.testing.assert_array_equal(e5, [1024.0, -1024.0, 320.0, np.float32(jnp.float8_e5m2(1e-4)), 57344.0])
+    assert D.kv_store(x, jnp.bfloat16) is x
+
+
+def test_sampler_with_a_float8_cache():
+    """A tiny bf16 model, greedy, 12 tokens: `kv_cache_dtype="bfloat16"` (its compute dtype) gives
+    the default's rows bit for bit; with float8_e4m3fn the decode loop carries f8 caches, the
+    first token (read from the prefill, before any cache read) and its log-probability are the
+    default's, and the later log-probabilities move (the cache is read rounded) but stay finite."""
+    from prd_jax.model.decoder import init_params
+    from prd_jax.sampling import SamplingConfig, generate
+
+    cfg = ModelConfig("llama", vocab_size=256, hidden=64, intermediate=128, num_layers=2, num_heads=4,
+                      num_kv_heads=2, head_dim=16, max_position=512, dtype="bfloat16")
+    params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(0))
+    prompts = jax.random.randint(jax.random.key(1), (4, 8), 1, 256)
+    lengths, keys = jnp.full((4,), 8, jnp.int32), jax.random.split(jax.random.key(2), 4)
+
+    def run(kv, text=False):
+        scfg = SamplingConfig(12, temperature=0.0, kv_cache_dtype=kv)
+        fn = jax.jit(lambda p, x, n, k: generate(cfg, p, x, n, k, jnp.int32(12), scfg, gen_len=12))
+        if text:
+            return fn.lower(params, prompts, lengths, keys).as_text()
+        return fn(params, prompts, lengths, keys)
+
+    base, same, f8 = run(""), run("bfloat16"), run("float8_e4m3fn")
+    np.testing.assert_array_equal(np.asarray(same.tokens), np.asarray(base.tokens))
+    np.testing.assert_array_equal(np.asarray(same.logprobs), np.asarray(base.logprobs))
+    np.testing.assert_array_equal(np.asarray(f8.tokens[:, 0]), np.asarray(base.tokens[:, 0]))
+    np.testing.assert_array_equal(np.asarray(f8.logprobs[:, 0]), np.asarray(base.logprobs[:, 0]))
+    assert np.all(np.isfinite(np.asarray(f8.logprobs)))
+    assert not np.array_equal(np.asarray(f8.logprobs[:, 1:]), np.asarray(base.logprobs[:, 1:]))
+    assert "f8E4M3FN" in run("float8_e4m3fn", text=True) and "f8E4M3FN" not in run("", text=True)

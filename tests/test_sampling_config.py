@@ -22,7 +22,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 EVAL = os.path.join(ROOT, "configs", "eval", "smollm2_gsm8k.py")
 RL = os.path.join(ROOT, "configs", "rl", "tiny.py")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_rows", "compact_min_rows", "compact_ratio", "prefill_groups",
-                 "cache_window", "prompt_groups", "decode_layers")
+                 "cache_window", "prompt_groups", "decode_layers", "kv_cache_dtype")
 
 
 def test_one_declaration():

@@ -57,9 +57,10 @@ def _struct(shape, dtype, names, mesh):
     return jax.ShapeDtypeStruct(shape, dtype, sharding=named_sharding(names, mesh, shape))
 
 
-def abstract_caches(cfg: ModelConfig, mesh, rows: int, slots: int) -> tuple:
-    """Per-layer decode caches, keys `[B, K, Dh, S]`, values `[B, K, S, Dh]` (S: the layer's ring when it slides)."""
-    dt = jnp.dtype(cfg.dtype)
+def abstract_caches(cfg: ModelConfig, mesh, rows: int, slots: int, dtype=None) -> tuple:
+    """Per-layer decode caches, keys `[B, K, Dh, S]`, values `[B, K, S, Dh]` (S: the layer's ring
+    when it slides), in `dtype` (`kv_cache_dtype`; None = the model's compute dtype)."""
+    dt = jnp.dtype(dtype or cfg.dtype)
     out = []
     for i in range(cfg.num_layers):
         window = cfg.layer_window(i)
@@ -86,7 +87,7 @@ def decode_step_lowered(cfg: ModelConfig, mesh, scfg: SamplingConfig, rows: int,
 
     key_dtype = jax.eval_shape(lambda: jax.random.key(0)).dtype
     batch = ("batch",)
-    args = (weights or abstract_weights(cfg, mesh), abstract_caches(cfg, mesh, rows, prompt_len + gen_len),
+    args = (weights or abstract_weights(cfg, mesh), abstract_caches(cfg, mesh, rows, prompt_len + gen_len, scfg.kv_cache_dtype or None),
             _struct((rows, cfg.vocab_size), jnp.float32, ("batch", "vocab"), mesh),
             _struct((rows,), key_dtype, batch, mesh), _struct((rows,), jnp.int32, batch, mesh),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, P())))

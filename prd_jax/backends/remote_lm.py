@@ -59,10 +59,11 @@ ASSISTANT_MARK = "\u241e"  # where a chat-mode prompt's assistant turn starts (C
 MISSING_LOGIT = -1e9
 COUNTERS = ("requests", "cached", "failed", "empty", "length", "malformed", "retries", "truncated_locally",
             "rating_unavailable", "rating_written", "completion_tokens", "reasoning_tokens")
-# `config.sampling` options that shape the in-graph decoder's batches and caches (they change
-# no row's tokens there); a server schedules its own decoding, so they must stay at their defaults
+# `config.sampling` options that shape the in-graph decoder's batches and caches (all but
+# kv_cache_dtype change no row's tokens there); a server schedules its own decoding, so they
+# must stay at their defaults
 IN_GRAPH_SAMPLING = ("max_rows", "compact_min_rows", "compact_ratio", "prefill_groups", "cache_window",
-                     "decode_layers")
+                     "decode_layers", "kv_cache_dtype")
 
 
 class ChatWireTokenizer:

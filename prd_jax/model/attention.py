@@ -318,8 +318,9 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
       With G = 3 query rows per kv head the dots are B * K tiny matmuls, while XLA:CPU fuses
       the multiply-reduce into one streaming pass over the cache (`benchmarks/decode_floor.py`;
       figures in docs/results/2026-12-01-decode-profile.md).
-    - "dots": two batched dots on the cache's own dtype with fp32 accumulation, the values
-      weighted by unnormalised bf16 probabilities and divided by their fp32 sum afterwards, as
+    - "dots": two batched dots in the queries' dtype (a narrower cache, `kv_cache_dtype`, is
+      widened as it is read) with fp32 accumulation, the values weighted by unnormalised
+      probabilities in that dtype and divided by their fp32 sum afterwards, as
       `causal_block_attention` does. On TPU the products form materialises fp32 copies of the
       cache (the compiled step reads several times the cache's bytes); the dots read it once
       (docs/results/2026-12-05-rollout-estimate-2.md).
@@ -328,7 +329,7 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
         raise ValueError(f"cache_attention form={form!r}; allowed: {DECODE_FORMS}")
     f32 = jnp.float32
     if form == "dots":
-        scores = jnp.einsum("bkgd,bkds->bkgs", q.astype(cache_k.dtype), cache_k, preferred_element_type=f32) * scale
+        scores = jnp.einsum("bkgd,bkds->bkgs", q, cache_k.astype(q.dtype), preferred_element_type=f32) * scale
     else:
         scores = (q.astype(f32)[..., None] * cache_k.astype(f32)[:, :, None]).sum(axis=3) * scale  # [B, K, G, S]
     scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(f32).min)
@@ -341,7 +342,7 @@ def cache_attention(q: Array, cache_k: Array, cache_v: Array, mask: Array, scale
             top = jnp.maximum(top, sink)
         p = jnp.exp(scores - top)
         total = p.sum(axis=-1, keepdims=True) + (0.0 if sink is None else jnp.exp(sink - top))
-        out = jnp.einsum("bkgs,bksd->bkgd", p.astype(cache_v.dtype), cache_v, preferred_element_type=f32)
+        out = jnp.einsum("bkgs,bksd->bkgd", p.astype(q.dtype), cache_v.astype(q.dtype), preferred_element_type=f32)
         return out / total
     if sink is not None:
         probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]

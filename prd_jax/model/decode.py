@@ -139,7 +139,7 @@ def ring_windows(cfg: ModelConfig) -> Optional[tuple]:
 
 
 def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0,
-                 windows: Optional[tuple] = None) -> tuple:
+                 windows: Optional[tuple] = None, dtype: Any = None) -> tuple:
     """Stacked cache `[L, B, S, K, Dh]` -> per-layer `((k_0, v_0), ...)`: keys `[B, K, Dh, S']`
     (transposed, so the scores contract Dh with S contiguous; timings in
     docs/results/2026-12-01-decode-profile.md), values `[B, K, S', Dh]`.
@@ -151,13 +151,29 @@ def decode_cache(cache: KVCache, mesh: Optional[Mesh] = None, slots: int = 0,
     `windows` (`ring_windows(cfg)`): a layer with window W keeps a ring of `R = min(S', W)`
     slots: absolute slot a lives at ring slot `a % R` (`decode_step_groups` writes and masks
     accordingly), so a sliding-window layer's cache never exceeds its window.
+
+    `dtype` (`SamplingConfig.kv_cache_dtype`; None = the stacked cache's): the per-layer caches'
+    dtype; every later write is rounded to it (`decode_step_groups`).
     """
-    caches = tuple((jnp.transpose(cache.k[i], (0, 2, 3, 1)), jnp.swapaxes(cache.v[i], 1, 2))
+    cast = (lambda x: x) if dtype is None else (lambda x: kv_store(x, dtype))
+    caches = tuple((cast(jnp.transpose(cache.k[i], (0, 2, 3, 1))), cast(jnp.swapaxes(cache.v[i], 1, 2)))
                    for i in range(cache.k.shape[0]))
     if windows is not None:
         caches = tuple(kv if w is None else _to_ring(kv, min(max(slots, kv[1].shape[2]), w))
                        for kv, w in zip(caches, windows))
     return grow_decode_cache(caches, slots, mesh, windows)
+
+
+def kv_store(x: Array, dtype) -> Array:
+    """`x` rounded to the cache's `dtype`; a float8 cache saturates at its largest finite value
+    (float8_e4m3fn has no infinity: an overflowing key would otherwise become NaN)."""
+    dtype = jnp.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits == 8:
+        top = float(jnp.finfo(dtype).max)
+        x = jnp.clip(x, -top, top)
+    return x.astype(dtype)
 
 
 def _to_ring(kv: tuple, ring: int) -> tuple:
@@ -253,12 +269,12 @@ def decode_step_groups(cfg: ModelConfig, weights, tokens: Array, positions: Arra
                 slot = index if window is None else jnp.mod(index, size)  # a sliding layer's ring slot
                 if jnp.ndim(slot):  # one write slot per row
                     own = jnp.arange(cache_v.shape[0])
-                    cache_k = cache_k.at[own, :, :, slot].set(key[rows].astype(cache_k.dtype), unique_indices=True)
-                    cache_v = cache_v.at[own, :, slot].set(val[rows].astype(cache_v.dtype), unique_indices=True)
+                    cache_k = cache_k.at[own, :, :, slot].set(kv_store(key[rows], cache_k.dtype), unique_indices=True)
+                    cache_v = cache_v.at[own, :, slot].set(kv_store(val[rows], cache_v.dtype), unique_indices=True)
                 else:
-                    cache_k = jax.lax.dynamic_update_slice(cache_k, key[rows, :, :, None].astype(cache_k.dtype),
+                    cache_k = jax.lax.dynamic_update_slice(cache_k, kv_store(key[rows, :, :, None], cache_k.dtype),
                                                            (0, 0, 0, slot))
-                    cache_v = jax.lax.dynamic_update_slice(cache_v, val[rows, :, None].astype(cache_v.dtype),
+                    cache_v = jax.lax.dynamic_update_slice(cache_v, kv_store(val[rows, :, None], cache_v.dtype),
                                                            (0, 0, slot, 0))
                 layer_caches.append((cache_k, cache_v))
                 outs.append(cache_attention(q[rows], cache_k, cache_v, mask_of(j, size, window), scale, sinks,

@@ -109,7 +109,8 @@ def _generate_rows(cfg: ModelConfig, params, prompts: Array, prompt_lengths: Arr
             if fanout:
                 lg, cache = fan_out(lg, cache, m)
             logits.append(lg)  # `decode_cache` adds the generation slots to the prompt-sized cache
-            groups.append((decode_cache(cache, mesh, slots=w + gens[0], windows=ring_windows(cfg)), cache.start))
+            groups.append((decode_cache(cache, mesh, slots=w + gens[0], windows=ring_windows(cfg),
+                                        dtype=scfg.kv_cache_dtype or None), cache.start))
         weights = decode_weights(cfg, params, mesh)  # sliced (and fused) once, outside the loop
         multiple = 1 if mesh is None else batch_size_multiple(mesh)
         return _decode_unrolled(cfg, weights, tuple(c for c, _ in groups), jnp.concatenate([s for _, s in groups]),

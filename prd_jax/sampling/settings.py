@@ -32,6 +32,15 @@ class Sampling:
     - `prompt_groups` > 1: length-sorted prompt groups, each over its own width (`Sampler`
       on one device: `prd-jax generate` and `prd-jax serve`);
     - `decode_layers`: "unrolled" (per-layer weights and caches) or "scan" (stacked).
+
+    One option trades exactness for memory traffic, and so changes tokens:
+    - `kv_cache_dtype`: the dtype the decode step keeps its keys and values in ("" = the model's
+      compute dtype; "float8_e4m3fn" or "float8_e5m2" halve a bf16 cache's bytes, which each
+      decode step reads whole: docs/scaling.md). The prompt's prefill attends in the compute
+      dtype; its keys and values are then stored rounded, as is every generated token's. Unrolled
+      decode only. A sampler's log-probabilities then come from a slightly different policy
+      than the trainer's: `rl.off_policy_steps=1`'s decoupled loss weighs them as behaviour
+      log-probabilities (`losses.policy_loss`).
     """
 
     temperature: float = 1.0
@@ -45,6 +54,7 @@ class Sampling:
     cache_window: int = 0
     prompt_groups: int = 0
     decode_layers: str = "unrolled"
+    kv_cache_dtype: str = ""
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -67,6 +77,12 @@ class Sampling:
             raise ValueError(f"sampling.cache_window={self.cache_window}; must be >= 0 (0 = all generation slots at once)")
         if self.decode_layers not in DECODE_LAYERS:
             raise ValueError(f"sampling.decode_layers={self.decode_layers!r}; allowed: {DECODE_LAYERS}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"sampling.kv_cache_dtype={self.kv_cache_dtype!r}; allowed: {KV_CACHE_DTYPES} "
+                             "('' = the model's compute dtype)")
+        if self.kv_cache_dtype and self.decode_layers != "unrolled":
+            raise ValueError(f"sampling.kv_cache_dtype={self.kv_cache_dtype!r} needs decode_layers='unrolled' "
+                             f"(the per-layer decode caches); got {self.decode_layers!r}")
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
 
     def check_in_graph(self) -> None:
@@ -98,6 +114,7 @@ class Sampling:
 
 
 DECODE_LAYERS = ("unrolled", "scan")
+KV_CACHE_DTYPES = ("", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(Sampling) if f.name != "stop_ids")  # config.sampling.*
 
 
