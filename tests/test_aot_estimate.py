@@ -165,6 +165,9 @@ def test_cli_prints_the_estimate():
         max(steps["split_off1"]["rollout_seconds"], steps["split_off1"]["train_seconds"]))
     assert steps["colocated_off0"]["step_seconds"] == pytest.approx(
         steps["colocated_off0"]["rollout_seconds"] + steps["colocated_off0"]["train_seconds"])
+    # the step's rollout rate: its tokens over the colocated rollout time on all 8 chips
+    assert steps["rollout_tok_s_per_chip"] == pytest.approx(
+        steps["rollout_tokens"] / steps["colocated_off0"]["rollout_seconds"] / 8)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,

@@ -82,11 +82,16 @@ class Estimate:
     def has_step(self) -> bool:
         return self.train is not None and self.rollout_seconds > 0
 
+    @property
+    def rollout_tok_s_per_chip(self) -> float:
+        """The step's decode rate over all its sampler calls (tokens / their decode time / chips)."""
+        return self.rollout_tokens / (self.rollout_seconds * (self.rollout_chips or self.chips))
+
     def step(self, placement: str = "colocated", sample_fraction: float = 0.5, off_policy_steps: int = 0) -> dict:
         """The RL step's modelled time (`roofline.rl_step_seconds`)."""
-        tok_s = self.rollout_tokens / (self.rollout_seconds * (self.rollout_chips or self.chips))
-        return rl_step_seconds(self.rollout_tokens, tok_s, self.train.seconds, self.chips, placement=placement,
-                               sample_fraction=sample_fraction, off_policy_steps=off_policy_steps)
+        return rl_step_seconds(self.rollout_tokens, self.rollout_tok_s_per_chip, self.train.seconds, self.chips,
+                               placement=placement, sample_fraction=sample_fraction,
+                               off_policy_steps=off_policy_steps)
 
 
 def estimate_all(config, target: Target, only: Optional[List[str]] = None) -> Estimate:
@@ -147,7 +152,8 @@ def table(est: Estimate) -> str:
 
 def step_table(est: Estimate, sample_fraction: float = 0.5) -> str:
     """The RL step's modelled time, colocated against split (one step off-policy and not)."""
-    lines = [f"RL step: {est.rollout_tokens:.4g} tokens generated (every row to its budget), decode only",
+    lines = [f"RL step: {est.rollout_tokens:.4g} tokens generated (every row to its budget), decode only, "
+             f"{est.rollout_tok_s_per_chip:.4g} tok/s per chip over the step's sampler calls",
              "| placement | off_policy_steps | rollout s | train s | step s |", "|---|---|---|---|---|"]
     for placement, off in (("colocated", 0), ("split", 0), ("split", 1)):
         s = est.step(placement, sample_fraction, off)
@@ -173,6 +179,7 @@ def as_json(est: Estimate, sample_fraction: float = 0.5) -> dict:
                              "seconds": t.seconds, "bound": t.bound}
     if est.has_step:
         doc["rl_step"] = {"rollout_tokens": est.rollout_tokens, "sample_fraction": sample_fraction,
+                          "rollout_tok_s_per_chip": est.rollout_tok_s_per_chip,
                           **{f"{p}_off{o}": est.step(p, sample_fraction, o)
                              for p, o in (("colocated", 0), ("split", 0), ("split", 1))}}
     return doc
