@@ -59,8 +59,11 @@ been made):
 - update: 1024 x 17535 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.6B +
   dense attention, x4/3 remat) = 2.2e18 FLOPs; at an assumed 35% of peak bf16, ~3.5 min
   on v5p-128 and ~1.6 min on 64 H200.
-- so ~15-25 min per step on v5p-128 (800 steps: ~8-14 days), ~9-15 min on 8 H200 nodes
-  (800 steps: ~5-8 days); the reduced one-node batch: ~5-8 min per step.
+- step time: `--estimate` prints the RL step's modelled time from compiled programs
+  (rollout + update, colocated and split). For the PDR-RL config (qwen3_8b_pdr.py):
+  ~105 min per step as shipped (rollouts on the training layout, 256 rows, full cache), ~15.5
+  min with the rollout settings of docs/scaling.md (rollout 851 s + update 82 s);
+  docs/results/2026-12-05-rollout-estimate-2.md. Not measured.
 The update's memory analysis is logged at compile time (dense attention over 17.5k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
