@@ -43,17 +43,11 @@ Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 102
 128 KiB (32 layers x 8 kv heads x 128 x k,v) = 2.4 TB of bf16 KV cache: 37 GB per device on
 v5p-128 or on 64 H200, 294 GB per GPU on one node.
 
-Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
-been made):
-- rollout: `prd-jax compile --config CONFIG:v5p-128 --estimate` models each sampler call's
-  decode steps from their compiled programs (docs/scaling.md); for the PDR-RL config see
-  docs/results/2026-12-05-rollout-estimate-2.md.
-- update: 1024 x 17535 positions (prompt padding included) x ~1.2e11 FLOPs (6 x 7.5B +
-  dense attention, x4/3 remat) = 2.1e18 FLOPs; at an assumed 35% of peak bf16, ~3.5 min
-  on v5p-128 and ~1.6 min on 64 H200.
-- step time: `--estimate` prints the RL step's modelled time from compiled programs
-  (rollout + update, colocated and split); not compiled for this config (the Qwen3-8B
-  PDR-RL figures: docs/results/2026-12-05-rollout-estimate-2.md). Not measured.
+Expected: no figure from the paper; the rollout, update and step estimates are made as in
+configs/rl/qwen3_8b.py (ours, ESTIMATES, not measured). The update: 1024 x 17535 positions x
+~1.2e11 FLOPs (6 x 7.5B + dense attention, x4/3 remat) = 2.1e18 FLOPs, ~3.5 min on v5p-128
+and ~1.6 min on 64 H200 at an assumed 35% of peak bf16; the rollout and the step: run
+`prd-jax compile --config configs/rl/llama31_8b.py:v5p-128 --estimate` (not run for this config).
 The update's memory analysis is logged at compile time (dense attention over 17.5k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
