@@ -43,8 +43,8 @@ Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 102
 128 KiB (32 layers x 8 kv heads x 128 x k,v) = 2.4 TB of bf16 KV cache: 37 GB per device on
 v5p-128 or on 64 H200, 294 GB per GPU on one node.
 
-Expected: no figure from the paper; the rollout, update and step estimates are made as in
-configs/rl/qwen3_8b.py (ours, ESTIMATES, not measured). The update: 1024 x 17535 positions x
+Expected (the paper gives no figure; ours, ESTIMATES, not measured): the rollout, update and
+step estimates are made as in configs/rl/qwen3_8b.py. The update: 1024 x 17535 positions x
 ~1.2e11 FLOPs (6 x 7.5B + dense attention, x4/3 remat) = 2.1e18 FLOPs, ~3.5 min on v5p-128
 and ~1.6 min on 64 H200 at an assumed 35% of peak bf16; the rollout and the step: run
 `prd-jax compile --config configs/rl/llama31_8b.py:v5p-128 --estimate` (not run for this config).
