@@ -87,7 +87,8 @@ def decode_step_lowered(cfg: ModelConfig, mesh, scfg: SamplingConfig, rows: int,
 
     key_dtype = jax.eval_shape(lambda: jax.random.key(0)).dtype
     batch = ("batch",)
-    args = (weights or abstract_weights(cfg, mesh), abstract_caches(cfg, mesh, rows, prompt_len + gen_len, scfg.kv_cache_dtype or None),
+    caches = abstract_caches(cfg, mesh, rows, prompt_len + gen_len, scfg.kv_cache_dtype or None)
+    args = (weights or abstract_weights(cfg, mesh), caches,
             _struct((rows, cfg.vocab_size), jnp.float32, ("batch", "vocab"), mesh),
             _struct((rows,), key_dtype, batch, mesh), _struct((rows,), jnp.int32, batch, mesh),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, P())))

@@ -96,12 +96,6 @@ class DecodeEstimate:
         return self.rows / self.chips / self.step_seconds if self.step_seconds else float("inf")
 
     @classmethod
-    def of(cls, name: str, rows: int, chips: int, cost: Cost, chip: Chip, analytic_tok_s: float,
-           steps: int = 1, slots: int = 0) -> "DecodeEstimate":
-        """One phase: every step over the same cache."""
-        return cls.over(name, rows, chips, [(slots, steps, cost)], chip, analytic_tok_s)
-
-    @classmethod
     def over(cls, name: str, rows: int, chips: int, phases, chip: Chip, analytic_tok_s: float) -> "DecodeEstimate":
         """`phases`: `(slots, steps, cost)` per cache size, in decode order."""
         out = []
