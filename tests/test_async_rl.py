@@ -1,6 +1,7 @@
 """One-step-asynchronous RL (`rl.off_policy_steps=1`, `train.async_rollouts`): the setting's
 check, the decoupled loss by hand, step t+1 trained on rollouts sampled with the step-t
-weights, every RL flavour for two steps, and exact resume after SIGKILL."""
+weights, every RL flavour for two steps, and exact resume after SIGKILL; and the decoupled
+loss on-policy under a float8 decode cache (`rl.decoupled_loss`)."""
 
 import json
 import os
@@ -45,6 +46,26 @@ def test_off_policy_steps_allows_only_zero_or_one(value):
     config.rl.off_policy_steps, config.rl.off_policy_weight_cap = 1, 0.5
     with pytest.raises(ValueError, match="config.rl.off_policy_weight_cap=0.5; must be >= 1"):
         RLConfig.from_config(config)
+
+
+def test_decoupled_loss_setting_and_its_auto_rule():
+    base = load_config(os.path.join(CONFIGS, "tiny.py"))
+    assert RLConfig.from_config(base).decoupled is False  # exact sampler, on-policy
+    for overrides, expected in [(["--config.rl.off_policy_steps=1"], True),
+                                (["--config.sampling.kv_cache_dtype=float8_e4m3fn"], True),
+                                (["--config.sampling.kv_cache_dtype=float8_e5m2"], True),
+                                (["--config.sampling.kv_cache_dtype=bfloat16"], False),
+                                (["--config.rl.decoupled_loss=on"], True),
+                                (["--config.sampling.kv_cache_dtype=float8_e4m3fn", "--config.rl.decoupled_loss=off"],
+                                 False)]:
+        config = apply_overrides(load_config(os.path.join(CONFIGS, "tiny.py")), overrides)
+        assert RLConfig.from_config(config).decoupled is expected, overrides
+    for overrides, match in [(["--config.rl.decoupled_loss=yes"], r"decoupled_loss='yes'; allowed: \('auto', 'on', 'off'\)"),
+                             (["--config.rl.decoupled_loss=off", "--config.rl.off_policy_steps=1"],
+                              "decoupled_loss='off' needs config.rl.off_policy_steps=0")]:
+        config = apply_overrides(load_config(os.path.join(CONFIGS, "tiny.py")), overrides)
+        with pytest.raises(ValueError, match=match):
+            RLConfig.from_config(config)
 
 
 def _arrays():
@@ -158,6 +179,44 @@ def test_step_t_plus_1_trains_on_rollouts_of_the_step_t_weights(spread_reward):
     np.testing.assert_allclose(float(total), (per * b1["weights"]).sum(), rtol=2e-4, atol=1e-5)
     assert float(count) == b1["weights"].sum()
     assert abs(float(metrics["behaviour_weight"][0] / metrics["behaviour_weight"][1]) - 1.0) > 0.01
+
+
+@pytest.mark.slow
+def test_a_float8_cache_trains_on_policy_with_the_decoupled_loss(spread_reward):
+    """On-policy with a float8 decode cache: the batch's `old_logp` is the sampler's (rounded
+    cache), `prox_logp` the trainer's forward of the same params, and the loss weighs each token
+    by min(exp(prox - old), 2), written out here. The exact sampler's batch has no `prox_logp`."""
+    def stage(extra):
+        from prd_jax.train import setup
+        config = _config("tiny", ["--config.rl.aux_sft_coef=0.0", "--config.sampling.temperature=0.0"] + extra)
+        mesh = setup.build_mesh(config)
+        cfg, _, tok = setup.build_model(config, mesh)
+        return rl_mod.RLStage(config, cfg, tok, mesh), config, cfg, mesh
+
+    lossy, config, cfg, mesh = stage(["--config.sampling.kv_cache_dtype=float8_e4m3fn"])
+    exact, _, _, _ = stage([])
+    assert lossy.rl.decoupled and not exact.rl.decoupled
+    assert "prox_logp" in lossy.abstract_batch() and "prox_logp" not in exact.abstract_batch()
+    theta = rl_mod.initial_params(config, cfg, mesh)
+    rng = jax.random.key(3)
+    b, m = lossy.next_batch(_State(theta, rng), 0)
+    a, _ = exact.next_batch(_State(theta, rng), 0)
+    assert "prox_logp" not in a and m["time/prox_logp_s"] > 0
+    logp = jax.jit(lambda p, x: token_logprobs(forward(cfg, p, x["inputs"], x["positions"],
+                                                       segment_ids=x["segment_ids"], mesh=mesh)[0], x["targets"]))
+    keys = ("inputs", "positions", "segment_ids", "targets")
+    trainer = np.asarray(logp(theta, {k: b[k] for k in keys}))
+    live = b["weights"] > 0
+    np.testing.assert_allclose(b["prox_logp"][live], trainer[live], atol=2e-4)  # proximal: the trainer's
+    gap = np.abs(b["old_logp"][live] - trainer[live])
+    assert 0 < gap.max() < 0.5  # the rounded cache moves the sampler's record, a little
+
+    total, count, metrics = jax.jit(lossy.loss_fn())(theta, {k: jnp.asarray(v) for k, v in b.items()})
+    weight = np.minimum(np.exp(b["prox_logp"] - b["old_logp"]), 2.0)
+    per = -weight * np.minimum(np.exp(trainer - b["prox_logp"]), 1.28) * b["advantages"][:, None] * trainer
+    np.testing.assert_allclose(float(total), (per * b["weights"]).sum(), rtol=2e-4, atol=1e-5)
+    assert float(count) == b["weights"].sum()
+    np.testing.assert_allclose(float(metrics["behaviour_weight"][0]), (weight * b["weights"]).sum(), rtol=1e-4)
 
 
 @pytest.mark.slow

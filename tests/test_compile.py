@@ -86,6 +86,7 @@ def test_operator_rl_sizes_in_the_docstring_come_from_the_code():
 
     path = os.path.join(ROOT, "configs/rl/qwen3_8b_pdr.py")
     config = load_config(path + ":v5p-128")
+    config.rollout.mesh = ""  # one device here: the rollout layout (tensor=8) needs a pod
     cfg = PG.model_config(config)
     tok, _ = tokenizer_for(config)
     mesh = make_mesh("data=1", jax.devices()[:1])

@@ -64,6 +64,8 @@ configs/rl/qwen3_8b.py per sampled token, at half the parameters.
 
 import os
 
+import ml_collections
+
 from prd_jax.config_io import load_config
 from prd_jax.train.operator_rl import PAIRRL_OBJECTIVE
 
@@ -98,6 +100,12 @@ def get_config(arg=None):
     c.rl.minibatches = MINIBATCHES
     c.rl.verifier_pointwise_per_prompt = 0
     c.rl.verifier_samples = "policy"
+    # the sampler and layout these configs' fits were compiled with (docs/results/2026-12-04-aot-fit-5.md):
+    # the training layout, bf16 cache, whole-budget cache (configs/rl/qwen3_8b.py's pod-scale rollout
+    # settings are not carried over; --config.rollout.mesh=tensor=8 etc. apply them, docs/scaling.md)
+    c.rollout = ml_collections.ConfigDict(dict(mesh="", placement="colocated", sample_devices=0))
+    rows = {"v5p-128": 256, "8xh200": 32}[pod]
+    c.sampling.update(max_rows=rows, compact_min_rows=rows // 4, cache_window=0, kv_cache_dtype="")
     c.optim.learning_rate = 1e-6  # ours: the V1 text states no lr (the PDR configs this loads from use 5e-7)
     c.steps = 200  # ours: the training length was not in the paper text available to us
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt

@@ -80,10 +80,14 @@ ARGS = ("v5p-128", "8xh200")
 SFT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sft", "qwen3_8b.py")
 # grad_accum_steps = rollout rows / (data * fsdp): one sequence per batch shard per microbatch.
 GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
-# Decode rows in flight per sampler call (`prd-jax compile` checks the fit): 256 standard rows x
-# 17536 slots x 144 KiB of bf16 KV = 0.66 TB, 10.3 GB per v5p chip (rows over fsdp=16, kv heads
-# over tensor=4). On one 8xH200 node (fsdp=2) 32 rows are 10.3 GB per GPU.
-MAX_ROWS = {"v5p-128": 256, "8xh200": 32}
+# Rollouts sample on their own layout (config.rollout, docs/scaling.md): the weights resharded
+# once per step to tensor=8 (data fills the rest: 8 replicas on v5p-128, 1 per 8xH200 node), so
+# no decode step gathers a weight.
+ROLLOUT_MESH = {"v5p-128": "tensor=8", "8xh200": "tensor=8"}
+# Decode rows in flight per sampler call (`prd-jax compile` checks the fit): on v5p-128 1024 rows
+# (128 per replica) x 17536 slots x 72 KiB of float8 KV (1 byte, kv heads over tensor=8) = 1.3 TB,
+# 20.7 GB per chip at full length; on one 8xH200 node 128 rows are 20.7 GB per GPU.
+MAX_ROWS = {"v5p-128": 1024, "8xh200": 128}
 
 
 def get_config(arg=None):
@@ -114,9 +118,14 @@ def get_config(arg=None):
         # rollout lengths spread up to 16k: each call's decode batch halves (per batch shard) as rows
         # finish, down to a quarter (sampling.decode_loop)
         compact_min_rows=MAX_ROWS[arg] // 4,
-        # > 0: the first decode phase's cache grows this many slots at a time (sampling.cache_windows);
-        # off here: the fit tables were compiled without it (docs/results/2026-12-01-rollout-throughput.md)
-        cache_window=0).to_config()
+        # the first decode phase's cache grows 2048 slots at a time (sampling.cache_windows): a step
+        # reads the slots written so far, not the whole budget's
+        cache_window=2048,
+        # keys and values stored in float8 (lossy, ours): half the bytes every decode step reads;
+        # the loss weighs the sampler's log-probabilities as the behaviour policy's
+        # (rl.decoupled_loss="auto", docs/training.md)
+        kv_cache_dtype="float8_e4m3fn").to_config()
+    c.rollout = ml_collections.ConfigDict(dict(mesh=ROLLOUT_MESH[arg], placement="colocated", sample_devices=0))
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
     c.grad_accum_steps = GRAD_ACCUM[arg]
     c.optim = ml_collections.ConfigDict(dict(

@@ -39,8 +39,8 @@ class Sampling:
       decode step reads whole: docs/scaling.md). The prompt's prefill attends in the compute
       dtype; its keys and values are then stored rounded, as is every generated token's. Unrolled
       decode only. A sampler's log-probabilities then come from a slightly different policy
-      than the trainer's: `rl.off_policy_steps=1`'s decoupled loss weighs them as behaviour
-      log-probabilities (`losses.policy_loss`).
+      than the trainer's: RL then takes the decoupled loss (`rl.decoupled_loss="auto"`), which
+      weighs them as behaviour log-probabilities (`losses.policy_loss`).
     """
 
     temperature: float = 1.0

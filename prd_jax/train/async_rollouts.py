@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
-import time
 from typing import Optional
 
 import jax
@@ -144,8 +143,8 @@ class AsyncRollouts:
 
     def next_batch(self, state, step: int, rows=None):
         """Step `step`'s batch (its rollouts sampled at step - 1 where there were any) after
-        launching step + 1's with `state.params`; adds `prox_logp` and the metric
-        `rollout/policy_lag` (steps between the sampling params and these)."""
+        launching step + 1's with `state.params` (`RLStage.batch` adds `prox_logp`), with the
+        metric `rollout/policy_lag` (steps between the sampling params and these)."""
         current = self.pending if self.pending is not None and self.pending.step == step else None
         current = current or self._from_checkpoint(state, step)
         if current is None:  # the run's first step: on-policy
@@ -153,10 +152,7 @@ class AsyncRollouts:
                 log.warning("step %d has no rollouts launched at step %d: sampling them on-policy", step, step - 1)
             current = self.launch(state, step, step)
         self.pending = self.launch(state, step + 1, step)
-        batch, metrics = self.stage.batch(state, step, None, launched=current)
-        t0 = time.perf_counter()
-        batch["prox_logp"] = self.stage.policy_logp(state.params, batch)
-        metrics["time/prox_logp_s"] = time.perf_counter() - t0
+        batch, metrics = self.stage.batch(state, step, None, launched=current)  # adds prox_logp (decoupled)
         metrics["rollout/policy_lag"] = float(step - current.policy_step)
         if rows is not None:
             batch = {k: v[np.asarray(rows)] for k, v in batch.items()}

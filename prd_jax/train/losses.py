@@ -99,8 +99,9 @@ def policy_loss(new_logp: Array, old_logp: Array, advantages: Array, weights: Ar
       keeps a gradient. `cispo_lower_clip=True` (our option) also bounds it below:
       `w = clip(r, lo, hi)`; only then is `eps_low` used by CISPO.
 
-    Stale rollouts (`prox_logp` given; `rl.off_policy_steps=1`, `train.async_rollouts`):
-    `old_logp` is the behaviour policy's (the sampler's record, one step stale) and `prox_logp`
+    Decoupled (`prox_logp` given; `rl.decoupled`: stale rollouts, `train.async_rollouts`, or a
+    lossy float8 decode cache): `old_logp` is the behaviour policy's (the sampler's record, one
+    step stale or from the rounded cache) and `prox_logp`
     the proximal policy's (this step's starting params). AReaL's decoupled PPO objective (Fu et
     al., arXiv 2505.24298): the trust region is taken on `r = exp(new - prox)` (PPO's clip,
     CISPO's weight bound as above) and each token's term is multiplied by the behaviour

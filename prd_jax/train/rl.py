@@ -8,7 +8,9 @@ over it, each split into `rl.minibatches` mini-batches with one update apiece
 (`minibatch_updates`), so from the second update on the ratio to the sampling policy moves
 and the clip bounds act (PPO, arXiv 1707.06347, §5, Alg. 1: K epochs over minibatches).
 With `rl.off_policy_steps=1` the batch's rollouts were sampled one step earlier, with the
-previous step's params (`async_rollouts`: one-step-asynchronous RL, decoupled loss).
+previous step's params (`async_rollouts`: one-step-asynchronous RL). With `rl.decoupled` (stale
+rollouts, or a float8 decode cache) each batch also carries `prox_logp`, the rollouts'
+log-probabilities under the step's params, and the loss is the decoupled one.
 
 The loss (per completion token, `losses.policy_loss`): PPO-clip with asymmetric
 eps_low/eps_high or CISPO, aggregated token-mean, sequence-mean-token-mean or with Dr.GRPO's
@@ -251,7 +253,7 @@ class RLStage:
     def abstract_batch(self):
         t = self.width
         shapes = {k: ((self.rows, t), jnp.float32) for k in ("weights", "old_logp", "ref_logp")
-                  + (("prox_logp",) if self.rl.off_policy_steps else ())}
+                  + (("prox_logp",) if self.rl.decoupled else ())}
         shapes.update({k: ((self.rows, t), jnp.int32) for k in ("inputs", "targets", "positions", "segment_ids")})
         shapes.update(advantages=((self.rows,), jnp.float32), correct=((self.rows,), jnp.float32))
         if self._aux_scaled:
@@ -402,6 +404,10 @@ class RLStage:
         batch = {k: np.concatenate([pad_group(g, self.width, self.tok.pad_id)[k] for g in groups])
                  for k in groups[0]}
         batch["ref_logp"] = self._ref_logp(batch)
+        if rl.decoupled:  # the proximal policy: this step's params, on the training mesh
+            t1 = time.perf_counter()
+            batch["prox_logp"] = self.policy_logp(state.params, batch)
+            metrics["time/prox_logp_s"] = time.perf_counter() - t1
         if rl.minibatches > 1:  # mini-batches are consecutive rows: mix generator and verifier rows
             order = np.random.default_rng([self.config.seed, rl.seed_offset, step, 1]).permutation(self.rows)
             batch = {k: v[order] for k, v in batch.items()}

@@ -22,6 +22,7 @@ VERIFIERS = ("none", "pairwise", "pointwise")
 VERIFIER_BASELINES = ("group", "batch")  # per prompt group (Dr. GRPO) or the whole step's verifier rows
 VERIFIER_SAMPLES = ("policy", "frozen_base")  # whose rollouts the verifier rows quote
 OFF_POLICY_STEPS = (0, 1)  # rollout staleness: on-policy, or one step (`train.async_rollouts`)
+DECOUPLED_LOSS = ("auto", "on", "off")  # the proximal forward and truncated behaviour weight (`losses.policy_loss`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +97,10 @@ class RLConfig:
     # behaviour weight at off_policy_weight_cap (`losses.policy_loss`)
     off_policy_steps: int = 0
     off_policy_weight_cap: float = 2.0
+    # the decoupled loss (`losses.policy_loss` with `prox_logp`): "auto" = on where the sampler's
+    # policy is not the trainer's, i.e. off_policy_steps=1 or a float8 `sampling.kv_cache_dtype`
+    # (`decoupled`); "on" also for an exact sampler; "off" needs off_policy_steps=0
+    decoupled_loss: str = "auto"
 
     def __post_init__(self):
         for f in ("prompts_per_step", "samples_per_prompt", "max_prompt_tokens", "max_new_tokens",
@@ -111,6 +116,11 @@ class RLConfig:
         if not self.off_policy_weight_cap >= 1.0:
             raise ValueError(f"config.rl.off_policy_weight_cap={self.off_policy_weight_cap}; must be >= 1 "
                              "(the truncation of the behaviour importance weight)")
+        if self.decoupled_loss not in DECOUPLED_LOSS:
+            raise ValueError(f"config.rl.decoupled_loss={self.decoupled_loss!r}; allowed: {DECOUPLED_LOSS}")
+        if self.decoupled_loss == "off" and self.off_policy_steps:
+            raise ValueError("config.rl.decoupled_loss='off' needs config.rl.off_policy_steps=0: stale rollouts "
+                             "are weighed against their behaviour policy (allowed here: 'auto', 'on')")
         if self.log_rollouts_every < 0:
             raise ValueError(f"config.rl.log_rollouts_every={self.log_rollouts_every}; must be >= 0 (0 = off)")
         if self.max_problem_tokens < 0:
@@ -181,6 +191,18 @@ class RLConfig:
         if self.operator_fraction > 0:
             out += ((operator_for(self.operator).name, self.operator),)
         return eval_entries(out)
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether each batch carries `prox_logp`, the trainer's log-probabilities of the rollouts
+        under the step's params (one forward pass), and the loss weighs the sampler's record as
+        the behaviour policy (`losses.policy_loss`). "auto": with stale rollouts, and with a
+        float8 decode cache, whose sampler log-probabilities drift from the trainer's
+        (`sampling.Sampling.kv_cache_dtype`; the FP8 rollout stacks correct the same drift with
+        token-level truncated importance weights, C = 2: NeMo-RL PR 1212, verl PR 4435)."""
+        if self.decoupled_loss != "auto":
+            return self.decoupled_loss == "on"
+        return bool(self.off_policy_steps) or self.sampling.kv_cache_dtype.startswith("float8")
 
     @property
     def problem_tokens(self) -> int:
