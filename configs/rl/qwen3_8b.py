@@ -20,6 +20,17 @@ the template; tests/test_compile.py) rounded up to a multiple of 128. Standard r
 are left-padded to it, so every slot beyond the longest prompt is a masked cache slot that each
 decode step reads; operator RL's own prompts have their own widths.
 
+Rollouts (ours; docs/scaling.md, issue 48): they sample on their own layout, `rollout.mesh=tensor=8`
+(the weights resharded once per step, no weight gathered in a decode step), with at most
+`sampling.max_rows` rows in flight (1024 on v5p-128, 128 per 8xH200 node), a cache that grows
+2048 slots at a time (`sampling.cache_window`), and keys and values stored in float8_e4m3fn
+(`sampling.kv_cache_dtype`: half the bytes each decode step reads; lossy). The paper states
+no rollout precision. With the float8 cache the sampler's log-probabilities come from a
+nearby policy, so the loss takes them as the behaviour policy's (`rl.decoupled_loss="auto"`:
+one forward pass of the step's params per batch and a truncated weight, C = 2,
+docs/training.md). To sample with the exact bf16 cache: --config.sampling.kv_cache_dtype=""
+(the decoupled loss then turns off).
+
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
 `config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
 placeholder: the paper trains on its own math RL mix; declare it as a task in one module

@@ -14,8 +14,8 @@ tokens of reasoning per draft (our choice; the paper gives none), then its ratin
 in-graph from the forced tag. Cost per step (from the sizes below): 2048 judge calls (512
 PDR rollouts x 4 drafts), each a 5233-token prompt (Judge prompt: 5233 tokens) plus 512
 generated, so +1.0M generated tokens (+3% of the drafts' 33.5M) and ~10.7M prompt tokens of
-prefill, plus one rating forward over each judge context; ~4k extra decode steps at 256 rows
-in flight against the drafts' ~131k (an ESTIMATE). To read the rating at once (no judge decode):
+prefill, plus one rating forward over each judge context; ~1k extra decode steps at 1024 rows
+in flight against the drafts' ~33k on v5p-128 (an ESTIMATE). To read the rating at once (no judge decode):
     --config.rl.operator.judge.max_new_tokens=0 --config.rl.operator.judge.think_budget=0
 
 Sizes (computed by the code: tests/test_compile.py asserts them, with SmolLM2's ChatML
@@ -25,7 +25,8 @@ forwarded candidates are capped at 4096 tokens (head 1024 + tail). Draft prompt:
 (512 problems x 4 drafts). Refine prompt: 9349 tokens (template + problem + 2 candidates), plus
 16384 generated: 25,733 positions, within Qwen3-8B's 40,960; its training row is 25732 wide,
 over the standard rows' 17535 (1152 + 16384 - 1): the refine rows set the batch width. Sampler calls
-decode at most sampling.max_rows = 256 rows at a time (see configs/rl/qwen3_8b.py).
+decode at most sampling.max_rows rows at a time, 1024 on v5p-128 and 128 on 8xH200, on the
+rollout layout of configs/rl/qwen3_8b.py (tensor=8, float8 cache).
 
 Command to run (see configs/rl/qwen3_8b.py for hardware and the runtime ESTIMATE; an
 operator prompt adds 4 draft calls per refine call, roughly 2.5x the rollout time):

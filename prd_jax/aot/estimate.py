@@ -36,11 +36,15 @@ def attention_flops(cfg: ModelConfig, pairs: float) -> float:
     return 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * pairs
 
 
+def forward_flops(cfg: ModelConfig, rows: int, width: int) -> float:
+    """One forward pass over `rows` sequences of `width` tokens (logits at every position)."""
+    return rows * (2.0 * (matmul_params(cfg) + head_params(cfg)) * width
+                   + attention_flops(cfg, width * (width + 1) / 2))
+
+
 def train_flops(cfg: ModelConfig, rows: int, width: int, updates: int = 1) -> float:
     """One optimizer step over `rows` sequences of `width` tokens (logits at every position)."""
-    fwd = rows * (2.0 * (matmul_params(cfg) + head_params(cfg)) * width
-                  + attention_flops(cfg, width * (width + 1) / 2))
-    return updates * 3.0 * fwd * (4.0 / 3.0 if cfg.remat_policy == "full" else 1.0)
+    return updates * 3.0 * forward_flops(cfg, rows, width) * (4.0 / 3.0 if cfg.remat_policy == "full" else 1.0)
 
 
 def kv_bytes_per_row(cfg: ModelConfig, capacity: int) -> float:

@@ -1,6 +1,8 @@
 """Every program a config runs, as lowerable functions with abstract (sharded) arguments.
 
 - training configs (`config.stage` sft / rl): the accumulated train step (`train.step`);
+- RL with the decoupled loss or a KL term: the forward over the step's batch
+  (`rl.policy_logp`, `train.policy_logp`);
 - RL: the standard rollout sampler call, the operator-RL PDR round (the eval operator's
   whole program, as `OperatorRollouts` runs it), each distinct sampler call inside it
   (draft, summary, refine, judges), and the V1 verifier rows;
@@ -39,6 +41,7 @@ from prd_jax.operators.registry import operator_for
 from prd_jax.operators.runner import run
 from prd_jax.sampling import SamplingConfig, generate
 from prd_jax.train.config import TrainConfig
+from prd_jax.train.policy_logp import lowered as logp_lowered, microbatches
 from prd_jax.train.rl import RLStage
 from prd_jax.train.sft import BATCH_KEYS, sft_loss_fn
 from prd_jax.train.state import abstract_state, state_shardings
@@ -229,6 +232,17 @@ def train_program(config, cfg: ModelConfig, mesh, abstract_batch: dict, loss_fn,
                    f"{rows} rows x {width} tokens, {accum} microbatches of {rows // accum}", "grad_accum_steps")
 
 
+def policy_logp_program(config, cfg: ModelConfig, mesh, rows: int, width: int, chip) -> Program:
+    """RL's forward over the step's batch for the proximal (`rl.decoupled`) or reference
+    (`rl.kl_coef`) log-probabilities, in the update's microbatches (`train.policy_logp`)."""
+    accum = TrainConfig.from_config(config).grad_accum_steps
+    a = microbatches(rows, accum)
+    flops = E.forward_flops(cfg, rows, width)
+    return Program("rl.policy_logp", lambda: logp_lowered(cfg, mesh, _abstract_params(cfg, mesh), rows, width, accum),
+                   flops, flops / mesh.devices.size / chip.peak_flops, E.params_bytes_per_device(cfg, mesh3(mesh)),
+                   f"{rows} rows x {width} tokens, {a} microbatches of {rows // a}", "grad_accum_steps")
+
+
 def model_config(config) -> ModelConfig:
     """The ModelConfig a training or eval config runs (named config + overrides / dtype)."""
     if isinstance(config.get("model"), str):  # eval config: as `evaluate` loads it
@@ -262,6 +276,8 @@ def training_programs(config, cfg, mesh, tokenizer, chip, devices=None) -> List[
     rl, train_mesh = stage.rl, mesh
     progs = [train_program(config, cfg, mesh, stage.abstract_batch(), stage.loss_fn(), chip, rl.updates_per_batch,
                            rl.minibatches)]
+    if rl.decoupled or rl.kl_coef:  # the proximal / reference forward over the step's batch
+        progs.append(policy_logp_program(config, cfg, mesh, stage.rows, stage.width, chip))
     mesh, trained = stage.rollout_mesh, len(progs)  # the rollouts' programs below sample on it
     if mesh is not train_mesh and set(mesh.devices.flat) == set(train_mesh.devices.flat):
         progs.append(reshard_program(cfg, train_mesh, mesh))  # split: a transfer between device sets, no program

@@ -9,7 +9,9 @@ sets it, tok/s per chip, beside the analytic figure (`estimate.decode_tok_s_per_
 Training configs also compile the train step. Its program loops (gradient accumulation, the
 scanned layer stack), and XLA counts a loop body once, so its FLOPs term is the larger of
 the cost analysis' and the analytic count (`estimate.train_flops`); its collectives are
-counted with their loops' trip counts. The RL step's rollout time is the decode time of
+counted with their loops' trip counts. RL configs with the decoupled loss or a KL term add the
+forward over the step's batch (`rl.policy_logp`), estimated alike and counted in the update's
+time. The RL step's rollout time is the decode time of
 every sampler call of one step (each row to its budget, prefill left out): per call,
 row chunks x `max_new_tokens` x the step time of its program.
 """
@@ -73,6 +75,7 @@ def train_estimate(program: PG.Program, chip, devices: int) -> TrainEstimate:
 class Estimate:
     decode: List[DecodeEstimate]
     train: Optional[TrainEstimate] = None
+    forward: Optional[TrainEstimate] = None  # rl.policy_logp: the proximal / reference forward, per step
     rollout_tokens: float = 0.0  # generated per RL step (every row to its budget)
     rollout_seconds: float = 0.0  # their decode time on the rollout mesh
     chips: int = 0  # the training mesh's
@@ -87,9 +90,14 @@ class Estimate:
         """The step's decode rate over all its sampler calls (tokens / their decode time / chips)."""
         return self.rollout_tokens / (self.rollout_seconds * (self.rollout_chips or self.chips))
 
+    @property
+    def update_seconds(self) -> float:
+        """The training chips' work per step: the train step and, where the config runs it, the forward."""
+        return self.train.seconds + (self.forward.seconds if self.forward else 0.0)
+
     def step(self, placement: str = "colocated", sample_fraction: float = 0.5, off_policy_steps: int = 0) -> dict:
         """The RL step's modelled time (`roofline.rl_step_seconds`)."""
-        return rl_step_seconds(self.rollout_tokens, self.rollout_tok_s_per_chip, self.train.seconds, self.chips,
+        return rl_step_seconds(self.rollout_tokens, self.rollout_tok_s_per_chip, self.update_seconds, self.chips,
                                placement=placement, sample_fraction=sample_fraction,
                                off_policy_steps=off_policy_steps)
 
@@ -120,6 +128,9 @@ def _estimate_all(config, target: Target, only: Optional[List[str]]) -> Estimate
     train = [p for p in progs if p.name == "train_step" and keep(p.name)]
     if train:
         out.train = train_estimate(train[0], target.chip, chips)
+        forward = [p for p in progs if p.name == "rl.policy_logp" and keep(p.name)]
+        if forward:
+            out.forward = train_estimate(forward[0], target.chip, chips)
         for p in progs:
             if not p.name.startswith(STEP_PARTS):
                 continue
@@ -142,11 +153,11 @@ def table(est: Estimate) -> str:
                      f"{d.cost.bytes_accessed / 1e9:.4g} | "
                      f"{d.cost.ici_bytes / 1e9:.4g} | {d.step_seconds * 1e3:.4g} | {d.bound} | "
                      f"{d.tok_s_per_chip:.4g} | {d.analytic_tok_s:.4g} |")
-    if est.train:
-        t = est.train
-        lines.append(f"| train_step | - | - | {max(t.cost.flops, t.analytic_flops) / 1e12:.4g} | "
-                     f"{t.cost.bytes_accessed / 1e9:.4g} | {t.cost.ici_bytes / 1e9:.4g} | {t.seconds * 1e3:.4g} | "
-                     f"{t.bound} | - | - |")
+    for name, t in (("train_step", est.train), ("rl.policy_logp", est.forward)):
+        if t:
+            lines.append(f"| {name} | - | - | {max(t.cost.flops, t.analytic_flops) / 1e12:.4g} | "
+                         f"{t.cost.bytes_accessed / 1e9:.4g} | {t.cost.ici_bytes / 1e9:.4g} | {t.seconds * 1e3:.4g} | "
+                         f"{t.bound} | - | - |")
     return "\n".join(lines)
 
 
@@ -172,11 +183,11 @@ def as_json(est: Estimate, sample_fraction: float = 0.5) -> dict:
                        "phases": [{"slots": p.slots, "steps": p.steps, "bytes_accessed": p.cost.bytes_accessed,
                                    "step_seconds": p.step_seconds, "bound": p.bound} for p in d.phases]}
                       for d in est.decode]}
-    if est.train:
-        t = est.train
-        doc["train_step"] = {"flops": t.cost.flops, "analytic_flops": t.analytic_flops,
-                             "bytes_accessed": t.cost.bytes_accessed, "collective_bytes": t.cost.collective_bytes,
-                             "seconds": t.seconds, "bound": t.bound}
+    for name, t in (("train_step", est.train), ("rl.policy_logp", est.forward)):
+        if t:
+            doc[name] = {"flops": t.cost.flops, "analytic_flops": t.analytic_flops,
+                         "bytes_accessed": t.cost.bytes_accessed, "collective_bytes": t.cost.collective_bytes,
+                         "seconds": t.seconds, "bound": t.bound}
     if est.has_step:
         doc["rl_step"] = {"rollout_tokens": est.rollout_tokens, "sample_fraction": sample_fraction,
                           "rollout_tok_s_per_chip": est.rollout_tok_s_per_chip,

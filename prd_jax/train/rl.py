@@ -31,7 +31,7 @@ import numpy as np
 
 from prd_jax import prompts as P
 from prd_jax.host import to_host
-from prd_jax.model.decoder import forward, init_params, param_shapes
+from prd_jax.model.decoder import init_params, param_shapes
 from prd_jax.model.weights import param_shardings
 from prd_jax.operators.lm import ModelLM
 from prd_jax.operators.runner import answer_texts
@@ -43,6 +43,7 @@ from prd_jax.train.rl_eval import HeldOutEval
 from prd_jax.train.rollout_mesh import RolloutLayout, rollout_mesh
 from prd_jax.train.rollout_log import StepSamples
 from prd_jax.train.losses import aggregate, aux_sft_scale, aux_sft_term, k3_kl, policy_loss
+from prd_jax.train.policy_logp import PolicyLogp
 from prd_jax.train.rl_rows import pad_group, sequences_to_batch, verifier_rows_per_prompt
 from prd_jax.train.setup import build_model, rl_problems, training_task
 
@@ -199,6 +200,7 @@ class RLStage:
             raise ValueError("config.rl.verifier needs standard rollouts: operator_fraction must be < 1")
         self.epoch, self.offset = 0, 0
         self.ref_params = None
+        self._policy_logp = None  # the proximal / reference forward, built on first use
         self.initial_params = None  # the run's starting params (KL reference, frozen-base candidates)
         self._initial_rollout = None  # the same in the rollout layout (frozen-base candidates)
         self.reward_fn = TaskReward(task, rows)  # (completion text, gold key) -> reward; .grades for a batch
@@ -294,13 +296,11 @@ class RLStage:
         return self.policy_logp(self.ref_params, batch)
 
     def policy_logp(self, params, batch: dict) -> np.ndarray:
-        """Per-token logprobs `[B, T]` of the host batch's targets under `params` (one forward pass)."""
-        if not hasattr(self, "_ref_forward"):
-            self._ref_forward = jax.jit(lambda p, b: chunked_token_logprobs(
-                self.cfg, p, forward(self.cfg, p, b["inputs"], b["positions"], segment_ids=b["segment_ids"],
-                                     mesh=self.mesh, return_hidden=True)[0], b["targets"], mesh=self.mesh)[0])
-        keys = ("inputs", "positions", "segment_ids", "targets")
-        return np.asarray(to_host(self._ref_forward(params, {k: batch[k] for k in keys})))
+        """Per-token logprobs `[B, T]` of the host batch's targets under `params`: one forward pass
+        in the update's microbatches (`policy_logp.PolicyLogp`)."""
+        if self._policy_logp is None:
+            self._policy_logp = PolicyLogp(self.cfg, self.mesh, self.rows, self.width, self.config.grad_accum_steps)
+        return self._policy_logp(params, batch)
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         return np.asarray(adv_lib.compute(self.rl.advantage, jnp.asarray(rewards)))
