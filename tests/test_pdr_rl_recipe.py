@@ -43,9 +43,11 @@ def test_pdr_rl_workspace_is_model_ranked(name, arg):
     assert (op.schedule, op.distill, op.k) == ((4, 1), "shared_topk", 2)
     assert 0 < op.judge.max_new_tokens <= 1024  # a modest judge budget (stated in the docstring)
     # the pod-scale rollout settings (docs/scaling.md; their fit in docs/results/)
-    assert (c.sampling.max_rows, c.rl.max_problem_tokens) == ({"v5p-128": 1024, "8xh200": 128}[arg], 1024)
-    assert (c.rollout.mesh, c.sampling.cache_window, c.sampling.kv_cache_dtype) == ("tensor=8", 2048, "float8_e4m3fn")
-    assert RLConfig.from_config(c).decoupled  # the lossy cache's log-probabilities are the behaviour policy's
+    assert (c.sampling.max_rows, c.rl.max_problem_tokens) == ({"v5p-128": 1024, "8xh200": 64}[arg], 1024)
+    assert (c.rollout.mesh, c.sampling.cache_window) == ("tensor=8", 2048)
+    float8 = arg == "v5p-128"  # where the compiled decode step reads half the cache bytes for it
+    assert c.sampling.kv_cache_dtype == ("float8_e4m3fn" if float8 else "")
+    assert RLConfig.from_config(c).decoupled is float8  # a lossy cache's log-probabilities: the behaviour policy's
     assert c.target == {"v5p-128": "v5p:4x4x4", "8xh200": "h200:8"}[arg]
 
 

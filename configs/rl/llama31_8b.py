@@ -29,19 +29,22 @@ Command to run (after the SFT stage; model.path is still needed for the tokenize
     # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
     sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/llama31_8b.py:8xh200 /ckpt/rl_llama31_8b \\
         --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\
+        --config.sampling.max_rows=512 --config.sampling.compact_min_rows=128 \\
         --config.model.init_workdir=/ckpt/sft_llama31_8b \\
         --config.model.path=/data/Llama-3.1-8B-Instruct
-    # one 8xH200 node: only a reduced batch fits (64 sequences; NOT the paper setting)
+    # one 8xH200 node: a reduced batch to try the recipe (64 sequences; NOT the paper setting)
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/llama31_8b.py:8xh200 \\
         /ckpt/rl_llama31_8b_small \\
         --config.rl.prompts_per_step=2 --config.grad_accum_steps=32 \\
         --config.model.init_workdir=/ckpt/sft_llama31_8b \\
         --config.model.path=/data/Llama-3.1-8B-Instruct
-N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
+N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N))
+--config.sampling.max_rows=$((64 * N)).
 
-Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 1024 x 17536 x
-128 KiB (32 layers x 8 kv heads x 128 x k,v) = 2.4 TB of bf16 KV cache: 37 GB per device on
-v5p-128 or on 64 H200, 294 GB per GPU on one node.
+Why one node is not enough: time, as for configs/rl/qwen3_8b.py, whose rollout settings
+(tensor=8 rollout layout, 1024 / 64 rows in flight, 2048-slot cache windows, a float8 cache on
+v5p-128) this config inherits; every program fits both targets
+(docs/results/2026-12-05-aot-fit-8.md).
 
 Expected (the paper gives no figure; ours, ESTIMATES, not measured): the rollout, update and
 step estimates are made as in configs/rl/qwen3_8b.py. The update: 1024 x 17535 positions x

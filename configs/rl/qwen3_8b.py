@@ -22,14 +22,14 @@ decode step reads; operator RL's own prompts have their own widths.
 
 Rollouts (ours; docs/scaling.md, issue 48): they sample on their own layout, `rollout.mesh=tensor=8`
 (the weights resharded once per step, no weight gathered in a decode step), with at most
-`sampling.max_rows` rows in flight (1024 on v5p-128, 128 per 8xH200 node), a cache that grows
-2048 slots at a time (`sampling.cache_window`), and keys and values stored in float8_e4m3fn
-(`sampling.kv_cache_dtype`: half the bytes each decode step reads; lossy). The paper states
-no rollout precision. With the float8 cache the sampler's log-probabilities come from a
-nearby policy, so the loss takes them as the behaviour policy's (`rl.decoupled_loss="auto"`:
-one forward pass of the step's params per batch and a truncated weight, C = 2,
-docs/training.md). To sample with the exact bf16 cache: --config.sampling.kv_cache_dtype=""
-(the decoupled loss then turns off).
+`sampling.max_rows` rows in flight (1024 on v5p-128, 64 per 8xH200 node), a cache that grows
+2048 slots at a time (`sampling.cache_window`), and on v5p-128 keys and values stored in
+float8_e4m3fn (`sampling.kv_cache_dtype`: half the bytes each decode step reads; lossy; 8xH200
+keeps bf16, see KV_CACHE_DTYPE). The paper states no rollout precision. With the float8 cache
+the sampler's log-probabilities come from a nearby policy, so the loss takes them as the
+behaviour policy's (`rl.decoupled_loss="auto"`: one forward pass of the step's params per batch
+and a truncated weight, C = 2, docs/training.md). To sample with the exact bf16 cache:
+--config.sampling.kv_cache_dtype="" (the decoupled loss then turns off).
 
 Data: `config.task` names the task whose problems RL trains on (`prd_jax.tasks`; split
 `config.split`, JSONL under $PRD_DATA_DIR or `config.data_dir`). "gsm8k" (split "train") is a
@@ -51,16 +51,20 @@ stage's, Qwen3-8B-Base):
     # H200: the paper batch needs 8 nodes (64 GPUs), data-parallel across nodes
     sbatch --nodes=8 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b \\
         --config.mesh=data=8,fsdp=2,tensor=4 --config.grad_accum_steps=64 \\
+        --config.sampling.max_rows=512 --config.sampling.compact_min_rows=128 \\
         --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base
-    # one 8xH200 node: only a reduced batch fits (64 sequences; NOT the paper setting)
+    # one 8xH200 node: a reduced batch to try the recipe (64 sequences; NOT the paper setting)
     sbatch --nodes=1 launch/gpu_slurm.sbatch configs/rl/qwen3_8b.py:8xh200 /ckpt/rl_qwen3_8b_small \\
         --config.rl.prompts_per_step=2 --config.grad_accum_steps=32 \\
         --config.model.init_workdir=/ckpt/sft_qwen3_8b --config.model.path=/data/Qwen3-8B-Base
-N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N)).
+N nodes in general: --config.mesh=data=N,fsdp=2,tensor=4 --config.grad_accum_steps=$((512 / N))
+--config.sampling.max_rows=$((64 * N)) (each node's rollout replica keeps its 64 rows).
 
-Why one node is not enough: a step's 1024 rollouts of up to 17536 slots hold 1024 x 17536 x
-144 KiB (36 layers x 8 kv heads x 128 x k,v) = 2.6 TB of bf16 KV cache: 41 GB per device on
-v5p-128 or on 64 H200, 331 GB per GPU on one node.
+Why one node is not enough: time. Every program of the paper batch fits one node (the
+rollouts decode 64 rows at a time; docs/results/2026-12-05-aot-fit-8.md), but a step samples
+up to 1024 x 16384 = 16.8M tokens: `prd-jax compile --config configs/rl/qwen3_8b.py:8xh200
+--estimate` models ~49 min per step on one node (2754 s of rollout, XLA:CPU's byte counts for
+the GPU target; the analytic figure is 2.2x faster), ~27 days for 800 steps.
 
 Expected (the paper gives no figure; ours, an ESTIMATE, not measured: no run at this scale has
 been made):
@@ -71,10 +75,11 @@ been made):
   dense attention, x4/3 remat) = 2.2e18 FLOPs; at an assumed 35% of peak bf16, ~3.5 min
   on v5p-128 and ~1.6 min on 64 H200.
 - step time: `--estimate` prints the RL step's modelled time from compiled programs
-  (rollout + update, colocated and split). For the PDR-RL config (qwen3_8b_pdr.py):
-  ~105 min per step as shipped (rollouts on the training layout, 256 rows, full cache), ~15.5
-  min with the rollout settings of docs/scaling.md (rollout 851 s + update 82 s);
-  docs/results/2026-12-05-rollout-estimate-2.md. Not measured.
+  (rollout + update, colocated and split). For the PDR-RL config (qwen3_8b_pdr.py) on
+  v5p-128 as shipped: ~10.6 min per step colocated (rollout 532 s at 1509 tok/s per chip over
+  the step's sampler calls + update 82 s + the decoupled loss's forward 20 s), against ~105
+  min with the rollouts on the training layout (256 rows, full bf16 cache) and ~15.5 min with
+  a bf16 cache; docs/results/2026-12-05-aot-fit-8.md. Not measured.
 The update's memory analysis is logged at compile time (dense attention over 17.5k tokens
 dominates it). If it exceeds a v5p chip's 95 GB, shard heads 8 ways:
     --config.mesh=data=1,fsdp=8,tensor=8 --config.grad_accum_steps=128
@@ -95,10 +100,15 @@ GRAD_ACCUM = {"v5p-128": 64, "8xh200": 512}
 # once per step to tensor=8 (data fills the rest: 8 replicas on v5p-128, 1 per 8xH200 node), so
 # no decode step gathers a weight.
 ROLLOUT_MESH = {"v5p-128": "tensor=8", "8xh200": "tensor=8"}
+# The decode cache's dtype (ours): float8 where the target's compiled decode step reads half the
+# cache bytes for it (libtpu, v5p: docs/results/2026-12-05-rollout-estimate-2.md); bf16 on
+# 8xH200, whose step is compiled by XLA:CPU here and reads more with float8 (152.9 against 91.7
+# GB per step: docs/results/2026-12-05-aot-fit-8.md); no GPU compiler's program has been read.
+KV_CACHE_DTYPE = {"v5p-128": "float8_e4m3fn", "8xh200": ""}
 # Decode rows in flight per sampler call (`prd-jax compile` checks the fit): on v5p-128 1024 rows
 # (128 per replica) x 17536 slots x 72 KiB of float8 KV (1 byte, kv heads over tensor=8) = 1.3 TB,
-# 20.7 GB per chip at full length; on one 8xH200 node 128 rows are 20.7 GB per GPU.
-MAX_ROWS = {"v5p-128": 1024, "8xh200": 128}
+# 20.7 GB per chip at full length; on one 8xH200 node 64 rows of bf16 KV are 20.7 GB per GPU.
+MAX_ROWS = {"v5p-128": 1024, "8xh200": 64}
 
 
 def get_config(arg=None):
@@ -132,10 +142,10 @@ def get_config(arg=None):
         # the first decode phase's cache grows 2048 slots at a time (sampling.cache_windows): a step
         # reads the slots written so far, not the whole budget's
         cache_window=2048,
-        # keys and values stored in float8 (lossy, ours): half the bytes every decode step reads;
-        # the loss weighs the sampler's log-probabilities as the behaviour policy's
+        # v5p-128: keys and values stored in float8 (lossy, ours), half the bytes every decode step
+        # reads; the loss then weighs the sampler's log-probabilities as the behaviour policy's
         # (rl.decoupled_loss="auto", docs/training.md)
-        kv_cache_dtype="float8_e4m3fn").to_config()
+        kv_cache_dtype=KV_CACHE_DTYPE[arg]).to_config()
     c.rollout = ml_collections.ConfigDict(dict(mesh=ROLLOUT_MESH[arg], placement="colocated", sample_devices=0))
     c.batch_size = c.rl.prompts_per_step * c.rl.samples_per_prompt  # unused by RL (rows come from rl.*)
     c.grad_accum_steps = GRAD_ACCUM[arg]

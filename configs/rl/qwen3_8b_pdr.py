@@ -25,8 +25,8 @@ forwarded candidates are capped at 4096 tokens (head 1024 + tail). Draft prompt:
 (512 problems x 4 drafts). Refine prompt: 9349 tokens (template + problem + 2 candidates), plus
 16384 generated: 25,733 positions, within Qwen3-8B's 40,960; its training row is 25732 wide,
 over the standard rows' 17535 (1152 + 16384 - 1): the refine rows set the batch width. Sampler calls
-decode at most sampling.max_rows rows at a time, 1024 on v5p-128 and 128 on 8xH200, on the
-rollout layout of configs/rl/qwen3_8b.py (tensor=8, float8 cache).
+decode at most sampling.max_rows rows at a time, 1024 on v5p-128 and 64 on 8xH200, on the
+rollout layout of configs/rl/qwen3_8b.py (tensor=8; a float8 cache on v5p-128).
 
 Command to run (see configs/rl/qwen3_8b.py for hardware and the runtime ESTIMATE; an
 operator prompt adds 4 draft calls per refine call, roughly 2.5x the rollout time):
